@@ -1,0 +1,3 @@
+"""Pure decision code: growth, FlowCon limits, SpeCon categories, scoring and rebalancing.
+
+No I/O, no clock reads, no globals: state in, decisions out."""

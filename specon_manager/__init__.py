@@ -1,0 +1,1 @@
+"""The manager: scheduler extender, heartbeat API, migration and rebalancing controllers."""
