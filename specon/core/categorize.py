@@ -1,0 +1,82 @@
+"""SpeCon Algorithm 3: progressing / watching / converged categories per worker.
+
+Each interval a job's growth G(t_m) (normalised progress, see :mod:`specon.core.growth`) is
+compared with the threshold alpha and with its previous growth:
+
+* G fell and G < alpha: PC -> WC, WC -> CC; a job already in CC stays and, if the worker still
+  hosts more than one progressing or watching job, a reallocation request is raised at once.
+* G did not fall and G < alpha: the job stays where it is (a noisy loss is not a trend).
+* G >= alpha: back to PC.
+
+A migrated job (moved, or judged best where it is) is never categorised or requested again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+
+class Category(StrEnum):
+    PROGRESSING = "PC"
+    WATCHING = "WC"
+    CONVERGED = "CC"
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    category: Category = Category.PROGRESSING
+    last_growth: float | None = None
+    migrated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CategorizeResult:
+    states: Mapping[str, JobState]
+    #: Jobs for which the worker asks the manager for a new host, in a stable order.
+    reallocation_requests: tuple[str, ...]
+
+
+def _next(state: JobState, g: float, alpha: float) -> Category:
+    if g >= alpha:
+        return Category.PROGRESSING
+    fell = state.last_growth is not None and g < state.last_growth
+    if not fell:
+        return state.category
+    if state.category is Category.PROGRESSING:
+        return Category.WATCHING
+    return Category.CONVERGED
+
+
+def categorize(
+    states: Mapping[str, JobState], growth: Mapping[str, float | None], alpha: float
+) -> CategorizeResult:
+    """One categorisation interval on one worker.
+
+    ``states`` holds every job on the worker; ``growth`` this interval's G per job (None or
+    absent: no measurement, the job keeps its state).
+    """
+    if not alpha > 0:
+        raise ValueError("alpha must be > 0")
+    new: dict[str, JobState] = {}
+    stayed_converged: list[str] = []
+    for name, st in states.items():
+        g = growth.get(name)
+        if st.migrated or g is None:
+            new[name] = st
+            continue
+        cat = _next(st, g, alpha)
+        if cat is Category.CONVERGED and st.category is Category.CONVERGED and g < alpha:
+            stayed_converged.append(name)
+        new[name] = replace(st, category=cat, last_growth=g)
+    active = sum(1 for s in new.values() if s.category is not Category.CONVERGED)
+    requests = tuple(sorted(stayed_converged)) if active > 1 else ()
+    return CategorizeResult(states=new, reallocation_requests=requests)
+
+
+def counts(states: Mapping[str, JobState]) -> tuple[int, int, int]:
+    """(|PC|, |WC|, |CC|) of one worker."""
+    pc = sum(1 for s in states.values() if s.category is Category.PROGRESSING)
+    wc = sum(1 for s in states.values() if s.category is Category.WATCHING)
+    return pc, wc, len(states) - pc - wc

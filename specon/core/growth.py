@@ -1,0 +1,86 @@
+"""Growth and growth efficiency of a training job, made scale-free.
+
+The research defines progress as |E(t_i) - E(t_{i-1})| / (t_i - t_{i-1}) on the raw loss E, with
+thresholds set per model. We normalise so that one alpha serves every model (see
+docs/normalisation.md):
+
+* E(t_m) for an interval is the *median* of the loss values logged in that interval (the last
+  logged value when the interval logged none): minibatch losses are noisy and one outlier must
+  not decide a category.
+* The scale of a job is the range of its interval values seen so far (first value to lowest),
+  floored at a small fraction of the first value's magnitude so that a flat start cannot divide
+  by zero.
+* progress = |dE| / scale per minute: "the share of all the improvement seen so far that this
+  job made in the last minute". Efficiency divides progress by the cores the job used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+#: Floor of the scale, as a fraction of |first value| (and an absolute floor below that).
+SCALE_FLOOR_REL = 1e-3
+SCALE_FLOOR_ABS = 1e-12
+#: Minimum CPU (cores) a job is credited with when computing efficiency, so that a job that was
+#: starved for a whole interval does not get an infinite efficiency.
+MIN_CORES = 0.01
+
+
+def interval_value(samples: Sequence[float], previous: float | None) -> float | None:
+    """E(t_m): the median of the finite values logged in the interval, else the previous value."""
+    finite = sorted(v for v in samples if math.isfinite(v))
+    if not finite:
+        return previous
+    n = len(finite)
+    mid = n // 2
+    return finite[mid] if n % 2 else (finite[mid - 1] + finite[mid]) / 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """One interval's measurement of a job."""
+
+    progress: float  # normalised loss change per minute (>= 0)
+    efficiency: float  # progress per core used over the interval
+    value: float  # E(t_m)
+    cores: float  # average cores used over the interval
+
+
+@dataclass(frozen=True, slots=True)
+class LossTrack:
+    """What the normaliser remembers of one job: its first, highest and lowest interval values."""
+
+    first: float | None = None
+    high: float = -math.inf
+    low: float = math.inf
+    last: float | None = None
+
+    @property
+    def scale(self) -> float:
+        if self.first is None:
+            return 1.0
+        floor = max(abs(self.first) * SCALE_FLOOR_REL, SCALE_FLOOR_ABS)
+        return max(self.high - self.low, floor)
+
+    def observe(
+        self, samples: Sequence[float], dt_s: float, cpu_seconds: float
+    ) -> tuple[LossTrack, Growth | None]:
+        """Take one interval's logged losses; return the new track and the interval's growth.
+
+        The growth is None until the job has two interval values (nothing to compare yet), or
+        when the interval has no length.
+        """
+        value = interval_value(samples, self.last)
+        if value is None:
+            return self, None
+        if self.first is None:
+            return LossTrack(first=value, high=value, low=value, last=value), None
+        track = replace(self, high=max(self.high, value), low=min(self.low, value), last=value)
+        if dt_s <= 0 or self.last is None:
+            return track, None
+        progress = abs(value - self.last) / track.scale * 60.0 / dt_s
+        cores = max(cpu_seconds / dt_s, MIN_CORES)
+        growth = Growth(progress=progress, efficiency=progress / cores, value=value, cores=cores)
+        return track, growth

@@ -1,0 +1,143 @@
+"""SpeCon Algorithm 4: worker scores and the choice of a host.
+
+S = |PC|*w_pc + |WC|*w_wc + |CC|*w_cc; the candidates are the workers with the minimum score,
+ties broken by current CPU load (then by name, so that a decision is reproducible). A worker
+whose state is unknown (stale heartbeat) or that cannot fit the job is never a candidate:
+unknown is not idle.
+
+For a running job the comparison is made *without the job itself* (it is taken off its host
+before scoring), so that the host and the others are judged on equal terms; the reported scores
+are the raw ones, as in the research's worked example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from specon.core.categorize import Category
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    progressing: float = 2.0
+    watching: float = 1.5
+    converged: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.progressing > self.watching > self.converged >= 0:
+            raise ValueError("weights must satisfy w_pc > w_wc > w_cc >= 0")
+
+    def of(self, category: Category) -> float:
+        if category is Category.PROGRESSING:
+            return self.progressing
+        if category is Category.WATCHING:
+            return self.watching
+        return self.converged
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """What the manager knows of one worker."""
+
+    name: str
+    progressing: int = 0
+    watching: int = 0
+    converged: int = 0
+    load: float = 0.0  # CPU in use, as a fraction of the worker
+    available: bool = True  # False: stale, cordoned, or cannot fit the job
+
+    def score(self, weights: Weights) -> float:
+        return (
+            self.progressing * weights.progressing
+            + self.watching * weights.watching
+            + self.converged * weights.converged
+        )
+
+    def without(self, category: Category) -> WorkerView:
+        pc, wc, cc = self.progressing, self.watching, self.converged
+        if category is Category.PROGRESSING:
+            pc = max(0, pc - 1)
+        elif category is Category.WATCHING:
+            wc = max(0, wc - 1)
+        else:
+            cc = max(0, cc - 1)
+        return WorkerView(self.name, pc, wc, cc, self.load, self.available)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The decision: ``target`` is None when no worker is a candidate."""
+
+    target: str | None
+    stay: bool
+    scores: Mapping[str, float]
+    candidates: tuple[str, ...]
+
+
+def choose_host(
+    workers: Sequence[WorkerView],
+    weights: Weights = Weights(),
+    current_host: str | None = None,
+    category: Category = Category.CONVERGED,
+) -> Placement:
+    """Algorithm 4. ``current_host`` None places a new job; otherwise it is a reallocation.
+
+    ``category`` is the job's current category (it is counted on its host).
+    """
+    scores = {w.name: w.score(weights) for w in workers}
+    judged = [w.without(category) if w.name == current_host else w for w in workers]
+    eligible = [w for w in judged if w.available or w.name == current_host]
+    if not eligible:
+        return Placement(target=None, stay=False, scores=scores, candidates=())
+    best = min(w.score(weights) for w in eligible)
+    cands = [w for w in eligible if w.score(weights) <= best + 1e-9]
+    names = tuple(sorted(w.name for w in cands))
+    if current_host is not None and current_host in names:
+        return Placement(target=current_host, stay=True, scores=scores, candidates=names)
+    chosen = min(cands, key=lambda w: (w.load, w.name))
+    return Placement(target=chosen.name, stay=False, scores=scores, candidates=names)
+
+
+def placement_scores(
+    workers: Sequence[WorkerView], weights: Weights = Weights(), max_score: int = 10
+) -> Mapping[str, int]:
+    """Extender priorities 0..max_score: the lowest SpeCon score gets max_score.
+
+    SpeCon scores map linearly onto 0..max_score-1 (lowest score highest); a worker under half
+    loaded gets one more point, so load breaks ties but a lower SpeCon score never ranks below
+    a higher one (at worst they tie). Unavailable workers get 0.
+    """
+    avail = [w for w in workers if w.available]
+    out = {w.name: 0 for w in workers}
+    if not avail:
+        return out
+    raw = {w.name: w.score(weights) for w in avail}
+    lo, hi = min(raw.values()), max(raw.values())
+    span = hi - lo
+    for w in avail:
+        base = 1.0 if span == 0 else 1.0 - (raw[w.name] - lo) / span
+        level = round(base * (max_score - 1))
+        out[w.name] = min(max_score, level + (1 if w.load < 0.5 else 0))
+    return out
+
+
+def views_from_categories(
+    hosts: Mapping[str, str],
+    categories: Mapping[str, Category],
+    loads: Mapping[str, float],
+    workers: Sequence[str],
+    unavailable: frozenset[str] = frozenset(),
+) -> list[WorkerView]:
+    """Build worker views from job -> host and job -> category maps."""
+    tally: dict[str, list[int]] = {w: [0, 0, 0] for w in workers}
+    for job, host in hosts.items():
+        if host not in tally:
+            continue
+        cat = categories.get(job, Category.PROGRESSING)
+        idx = 0 if cat is Category.PROGRESSING else 1 if cat is Category.WATCHING else 2
+        tally[host][idx] += 1
+    return [
+        WorkerView(w, t[0], t[1], t[2], loads.get(w, 0.0), w not in unavailable)
+        for w, t in tally.items()
+    ]

@@ -1,0 +1,509 @@
+"""Discrete-event simulator of a cluster running training jobs under one scheduling policy.
+
+It runs the core algorithms unchanged (growth, FlowCon, Algorithms 3-5): the simulator is just
+another adapter that turns simulated progress into their inputs and applies their decisions.
+Between two events every job's rate is constant, so progress is advanced analytically and only
+on the workers an event touches.
+
+Model (workload-format.md): a job on a worker runs at
+``speedup(cores) * worker.speed / (cpu_seconds_per_iteration * work_scale)`` iterations per
+second; a worker's CPUs are shared work-conservingly (equal CFS shares by default), capped by
+each container's limit and by the cores the job can use; a migration stops the job for
+checkpoint + restore + pod restart; the loss at a given progress comes from the profile.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from specon.core import flowcon
+from specon.core.categorize import Category, JobState, categorize
+from specon.core.flowcon import FlowConParams, FlowConState
+from specon.core.growth import LossTrack
+from specon.core.rebalance import PlacedJob, plan_rebalance
+from specon.core.scoring import WorkerView, choose_host
+from specon.sim.alloc import by_priority, greedy_marginal, waterfill
+from specon.sim.model import JobResult, Policy, RunResult, SimConfig
+from specon.workload.models import JobSpec, Profile, Workload
+
+ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
+
+
+def smoothed(loss: Sequence[float], window: int = 5) -> list[float]:
+    """Running median of the logged loss (what 'reached' means for noisy curves)."""
+    out: list[float] = []
+    half = window // 2
+    for i in range(len(loss)):
+        seg = sorted(loss[max(0, i - half) : i + half + 1])
+        out.append(seg[len(seg) // 2])
+    return out
+
+
+def milestone_iteration(profile: Profile, level: float) -> float | None:
+    """The iteration at which the smoothed loss first reaches ``level`` (None: never)."""
+    sm = smoothed(profile.loss)
+    n = len(sm)
+    for k, v in enumerate(sm):
+        if v <= level:
+            return (k + 1) * profile.iterations / n
+    return None
+
+
+def ninety_iteration(profile: Profile) -> float:
+    sm = smoothed(profile.loss)
+    first, low = sm[0], min(sm)
+    it = milestone_iteration(profile, first - 0.9 * (first - low))
+    return it if it is not None else float(profile.iterations)
+
+
+class _Probe:
+    """One algorithm's view of a job between its ticks."""
+
+    __slots__ = ("cpu", "seen", "t", "track")
+
+    def __init__(self, t: float) -> None:
+        self.track = LossTrack()
+        self.seen = 0
+        self.t = t
+        self.cpu = 0.0
+
+
+class _Job:
+    __slots__ = (
+        "attained", "cat", "cat_probe", "cores", "done", "flow", "iter_cost", "last_eff",
+        "max_cores", "milestones", "profile", "rate", "rebalanced", "result", "spec", "state",
+        "version", "worker",
+    )
+
+    def __init__(self, spec: JobSpec, profile: Profile, milestones: list[tuple[float, str]]):
+        self.spec = spec
+        self.profile = profile
+        self.iter_cost = profile.cpu_seconds_per_iteration * spec.work_scale
+        self.max_cores = spec.cores if spec.cores is not None else profile.max_cores
+        self.done = 0.0
+        self.rate = 0.0
+        self.cores = 0.0
+        self.attained = 0.0
+        self.version = 0
+        self.worker: str | None = None
+        self.state = "pending"
+        self.cat = JobState()
+        self.flow = _Probe(0.0)
+        self.cat_probe = _Probe(spec.submit_s)
+        self.last_eff: float | None = None
+        self.rebalanced = False
+        self.milestones = milestones  # (iteration, kind) ascending
+        self.result = JobResult(
+            name=spec.name, profile=spec.profile, submit_s=spec.submit_s,
+            target_loss=spec.target_loss, deadline_s=spec.deadline_s,
+        )
+
+    def logged(self) -> int:
+        n = len(self.profile.loss)
+        return min(n, int(self.done * n / self.profile.iterations + 1e-9))
+
+    def samples(self, probe: _Probe) -> list[float]:
+        k = self.logged()
+        out = list(self.profile.loss[probe.seen : k])
+        probe.seen = k
+        return out
+
+
+class _Worker:
+    __slots__ = ("cpus", "flow", "inflight", "jobs", "last_t", "name", "reserved", "speed")
+
+    def __init__(self, name: str, cpus: float, speed: float, params: FlowConParams) -> None:
+        self.name = name
+        self.cpus = cpus
+        self.speed = speed
+        self.jobs: dict[str, _Job] = {}
+        self.flow = FlowConState(itval_s=params.itval_s)
+        self.last_t = 0.0
+        self.inflight = 0
+        self.reserved: set[str] = set()
+
+
+class Simulator:
+    """One run of one policy over one workload."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        policy: Policy,
+        config: SimConfig | None = None,
+        seed: int | None = 0,
+    ) -> None:
+        if policy.name == "oracle":
+            raise ValueError("the oracle is simulated by specon.sim.oracle, not Simulator")
+        self.w = workload
+        self.policy = policy
+        self.cfg = config or SimConfig()
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.fparams = FlowConParams(
+            alpha=self.cfg.flow_alpha, itval_s=self.cfg.interval_s, beta=self.cfg.flowcon_beta,
+            max_itval_s=max(self.cfg.flowcon_max_itval_s, self.cfg.interval_s),
+        )
+        self.workers = {
+            ws.name: _Worker(ws.name, ws.cpus, ws.speed, self.fparams)
+            for ws in workload.cluster.workers
+        }
+        ninety = {name: ninety_iteration(p) for name, p in workload.profiles.items()}
+        self.jobs: dict[str, _Job] = {}
+        for spec in workload.jobs:
+            prof = workload.profiles[spec.profile]
+            ms = [(ninety[spec.profile], "90")]
+            if spec.target_loss is not None:
+                it = milestone_iteration(prof, spec.target_loss)
+                if it is not None:
+                    ms.append((it, "target"))
+            ms.sort()
+            self.jobs[spec.name] = _Job(spec, prof, ms)
+        self.heap: list[tuple[float, int, int, str, int]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.events = 0
+        self.remaining = len(self.jobs)
+        self.migrating = 0
+        self.flow_versions: dict[str, int] = dict.fromkeys(self.workers, 0)
+        self.marked_at: dict[str, float] = {}
+        self.pending_moves: dict[str, tuple[str, str]] = {}
+        self.result = RunResult(policy=policy.name, seed=seed, jobs=[])
+        self.cpu = self.result.cpu
+        self.shares = self.result.shares
+        self.counts = self.result.counts
+        for name in self.workers:
+            self.cpu[name] = [(0.0, 0.0)]
+            self.counts[name] = [(0.0, 0)]
+
+    # -- event plumbing ------------------------------------------------------------------------
+    def push(self, t: float, kind: int, key: str = "", version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, key, version))
+
+    def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
+        for job in self.jobs.values():
+            self.push(job.spec.submit_s, ARRIVE, job.spec.name)
+        if self.policy.specon or self.policy.share in ("las", "slaq"):
+            self.push(self.cfg.interval_s, TICK)
+        while self.heap and self.remaining > 0:
+            t, _, kind, key, version = heapq.heappop(self.heap)
+            self.now = t
+            self.events += 1
+            if kind == ARRIVE:
+                self._arrive(self.jobs[key])
+            elif kind == FINISH:
+                job = self.jobs[key]
+                if job.version == version and job.state == "running":
+                    self._finish(job)
+            elif kind == FLOW_TICK:
+                if self.flow_versions[key] == version:
+                    self._flow_tick(self.workers[key])
+            elif kind == TICK:
+                self._tick()
+                if self.remaining > 0:
+                    self.push(t + self.cfg.interval_s, TICK)
+            elif kind == MIGRATED:
+                self._land(self.jobs[key], version)
+            if progress is not None and kind == FINISH:
+                progress(1.0)
+        if self.remaining > 0:
+            stuck = sorted(j.spec.name for j in self.jobs.values() if j.state != "done")
+            raise RuntimeError(f"simulation stalled with jobs unfinished: {stuck[:5]}")
+        self.result.jobs = [j.result for j in self.jobs.values()]
+        self.result.events = self.events
+        return self.result
+
+    # -- progress --------------------------------------------------------------------------
+    def _advance(self, w: _Worker) -> None:
+        t = self.now
+        dt = t - w.last_t
+        if dt > 0:
+            for job in w.jobs.values():
+                if job.rate > 0:
+                    before = job.done
+                    job.done = min(job.done + job.rate * dt, job.profile.iterations)
+                    while job.milestones and job.milestones[0][0] <= job.done + 1e-9:
+                        it, kind = job.milestones.pop(0)
+                        at = w.last_t + max(0.0, it - before) / job.rate
+                        if kind == "90":
+                            job.result.reached_90_s = at
+                        else:
+                            job.result.target_reached_s = at
+                used = job.cores * dt
+                job.attained += used
+                job.flow.cpu += used
+                job.cat_probe.cpu += used
+        w.last_t = t
+
+    def _allocate(self, w: _Worker) -> None:
+        """Divide the worker's CPU among its jobs and reschedule their completions."""
+        jobs = list(w.jobs.values())
+        caps = [min(j.max_cores, w.flow.limits.get(j.spec.name, 1.0) * w.cpus) for j in jobs]
+        if self.policy.share == "las":
+            th = self.cfg.las_thresholds
+            levels = [sum(1 for x in th if j.attained >= x) for j in jobs]
+            cores = by_priority(w.cpus, caps, levels)
+        elif self.policy.share == "slaq":
+            value = [self._slaq_value(j) for j in jobs]
+            cores = greedy_marginal(
+                w.cpus, caps, value, [j.profile.speed for j in jobs], self.cfg.slaq_quantum
+            )
+        else:
+            cores = waterfill(w.cpus, caps, [1.0] * len(jobs))
+        total = 0.0
+        for job, c in zip(jobs, cores, strict=True):
+            job.cores = c
+            job.rate = job.profile.speed(c) * w.speed / job.iter_cost
+            total += c
+            job.version += 1
+            if job.rate > 0:
+                left = max(0.0, job.profile.iterations - job.done)
+                self.push(self.now + left / job.rate, FINISH, job.spec.name, job.version)
+            if self.cfg.record_timeline:
+                self.shares.setdefault(job.spec.name, []).append((self.now, w.name, c))
+        self._record(self.cpu[w.name], total)
+
+    def _slaq_value(self, job: _Job) -> float:
+        """Predicted normalised loss reduction per unit of relative speed (optimistic if new)."""
+        if job.last_eff is None:
+            return 1e6
+        cores = max(job.cores, 1e-3)
+        return job.last_eff * cores / max(job.profile.speed(cores), 1e-9)
+
+    def _record(self, series: list[tuple[float, float]], value: float) -> None:
+        if series and series[-1][0] == self.now:
+            series[-1] = (self.now, value)
+        elif not series or series[-1][1] != value:
+            series.append((self.now, value))
+
+    def _count(self, w: _Worker) -> None:
+        series = self.counts[w.name]
+        n = len(w.jobs)
+        if series and series[-1][0] == self.now:
+            series[-1] = (self.now, n)
+        elif series[-1][1] != n:
+            series.append((self.now, n))
+
+    # -- listener: arrivals and departures ------------------------------------------------------
+    def _place(self, job: _Job) -> str:
+        fits = [w for w in self.workers.values() if w.cpus >= job.max_cores]
+        if self.policy.placement == "specon":
+            views = self._views(fits)
+            return choose_host(views, self.cfg.weights).target or fits[0].name
+        # Kubernetes default: least requested (pods without requests count 100m), random ties.
+        def requested(w: _Worker) -> float:
+            return (len(w.jobs) + len(w.reserved)) * self.cfg.request_cpu / w.cpus
+
+        best = min(requested(w) for w in fits)
+        ties = [w.name for w in fits if requested(w) <= best + 1e-12]
+        return ties[0] if len(ties) == 1 else self.rng.choice(sorted(ties))
+
+    def _views(self, workers: Sequence[_Worker]) -> list[WorkerView]:
+        views = []
+        for w in workers:
+            pc = wc = cc = 0
+            for job in w.jobs.values():
+                if job.cat.category is Category.PROGRESSING:
+                    pc += 1
+                elif job.cat.category is Category.WATCHING:
+                    wc += 1
+                else:
+                    cc += 1
+            cc += len(w.reserved)
+            used = self.cpu[w.name][-1][1] / w.cpus
+            views.append(WorkerView(w.name, pc, wc, cc, used))
+        return views
+
+    def _arrive(self, job: _Job) -> None:
+        name = self._place(job)
+        job.result.start_s = self.now
+        job.result.first_worker = name
+        self._join(job, self.workers[name])
+
+    def _join(self, job: _Job, w: _Worker) -> None:
+        self._advance(w)
+        job.state = "running"
+        job.worker = w.name
+        w.jobs[job.spec.name] = job
+        job.flow.t = self.now
+        job.flow.cpu = 0.0
+        if self.policy.flowcon:
+            w.flow = flowcon.add_container(w.flow, job.spec.name, self.fparams)
+            self._flow_listener(w)
+        self._allocate(w)
+        self._count(w)
+
+    def _leave(self, job: _Job, w: _Worker) -> None:
+        self._advance(w)
+        del w.jobs[job.spec.name]
+        job.worker = None
+        job.rate = 0.0
+        job.cores = 0.0
+        job.version += 1
+        if self.cfg.record_timeline:
+            self.shares.setdefault(job.spec.name, []).append((self.now, "", 0.0))
+        if self.policy.flowcon:
+            w.flow = flowcon.remove_container(w.flow, job.spec.name, self.fparams)
+            self._flow_listener(w)
+        self._allocate(w)
+        self._count(w)
+
+    def _finish(self, job: _Job) -> None:
+        w = self.workers[job.worker or ""]
+        self._advance(w)
+        job.done = float(job.profile.iterations)
+        job.state = "done"
+        job.result.finish_s = self.now
+        self._leave(job, w)
+        self.remaining -= 1
+
+    # -- FlowCon --------------------------------------------------------------------------
+    def _flow_listener(self, w: _Worker) -> None:
+        """Algorithm 2: run at once with the latest efficiencies, reset the interval."""
+        eff = {n: j.last_eff for n, j in w.jobs.items()}
+        w.flow = flowcon.step(w.flow, eff, self.fparams, classify=False)
+        self.flow_versions[w.name] += 1
+        if w.flow.lists:
+            self.push(self.now + w.flow.itval_s, FLOW_TICK, w.name, self.flow_versions[w.name])
+
+    def _flow_tick(self, w: _Worker) -> None:
+        self._advance(w)
+        eff: dict[str, float | None] = {}
+        for name, job in w.jobs.items():
+            probe = job.flow
+            probe.track, g = probe.track.observe(job.samples(probe), self.now - probe.t, probe.cpu)
+            probe.t = self.now
+            probe.cpu = 0.0
+            eff[name] = g.efficiency if g is not None else None
+            if g is not None:
+                job.last_eff = g.efficiency
+        w.flow = flowcon.step(w.flow, eff, self.fparams)
+        self._allocate(w)
+        self.flow_versions[w.name] += 1
+        if w.flow.lists:
+            self.push(self.now + w.flow.itval_s, FLOW_TICK, w.name, self.flow_versions[w.name])
+
+    # -- SpeCon: categories, migration, rebalancing ------------------------------------------
+    def _tick(self) -> None:
+        requests: list[_Job] = []
+        for w in self.workers.values():
+            if not w.jobs:
+                continue
+            self._advance(w)
+            if self.policy.specon:
+                requests.extend(self._categorize(w))
+            if self.policy.share in ("las", "slaq"):
+                if self.policy.share == "slaq" and not self.policy.flowcon:
+                    self._measure(w)
+                self._allocate(w)
+        for job in requests:
+            self._reallocate(job)
+        if self.policy.specon and self.cfg.rebalance:
+            self._rebalance()
+
+    def _measure(self, w: _Worker) -> None:
+        """Efficiency per job for SLAQ's predictions (same growth code as FlowCon)."""
+        for job in w.jobs.values():
+            probe = job.flow
+            probe.track, g = probe.track.observe(job.samples(probe), self.now - probe.t, probe.cpu)
+            probe.t = self.now
+            probe.cpu = 0.0
+            if g is not None:
+                job.last_eff = g.efficiency
+
+    def _categorize(self, w: _Worker) -> list[_Job]:
+        growth: dict[str, float | None] = {}
+        for name, job in w.jobs.items():
+            probe = job.cat_probe
+            probe.track, g = probe.track.observe(job.samples(probe), self.now - probe.t, probe.cpu)
+            probe.t = self.now
+            probe.cpu = 0.0
+            growth[name] = g.progress if g is not None else None
+        res = categorize({n: j.cat for n, j in w.jobs.items()}, growth, self.cfg.alpha)
+        for name, st in res.states.items():
+            w.jobs[name].cat = st
+        return [w.jobs[n] for n in res.reallocation_requests]
+
+    def _reallocate(self, job: _Job) -> None:
+        """Algorithm 4 for one reallocation request."""
+        src = self.workers[job.worker or ""]
+        if job.cat.migrated or job.state != "running":
+            return
+        fits = [w for w in self.workers.values() if w.cpus >= job.max_cores]
+        decision = choose_host(
+            self._views(fits), self.cfg.weights, current_host=src.name,
+            category=job.cat.category,
+        )
+        if decision.target is None or decision.stay or not job.spec.migratable:
+            job.cat = replace(job.cat, migrated=True)
+            self._mark(job)
+            return
+        if not self._can_move(src, self.workers[decision.target]):
+            return  # caps reached: the request is raised again at the next interval
+        job.cat = replace(job.cat, migrated=True)
+        self._mark(job)
+        self._move(job, src, self.workers[decision.target], "migrate")
+
+    def _mark(self, job: _Job) -> None:
+        """Remember when the job was marked migrated (its converged duration starts here)."""
+        self.marked_at[job.spec.name] = self.now
+        job.result.marked_s = self.now
+
+    def _can_move(self, src: _Worker, dst: _Worker) -> bool:
+        cap = self.cfg.max_inflight_per_node
+        return (
+            src.inflight < cap and dst.inflight < cap
+            and self.migrating < self.cfg.max_inflight_total
+        )
+
+    def _move(self, job: _Job, src: _Worker, dst: _Worker, kind: str) -> None:
+        prof = job.profile
+        cost = prof.checkpoint_seconds + prof.restore_seconds + self.cfg.restart_s
+        self._leave(job, src)
+        job.state = "migrating"
+        src.inflight += 1
+        dst.inflight += 1
+        dst.reserved.add(job.spec.name)
+        self.migrating += 1
+        self._count(dst)
+        job.result.migrations.append(
+            {"t": self.now, "kind": kind, "from": src.name, "to": dst.name, "seconds": cost}
+        )
+        self.pending_moves[job.spec.name] = (src.name, dst.name)
+        self.push(self.now + cost, MIGRATED, job.spec.name)
+
+    def _land(self, job: _Job, _version: int) -> None:
+        src_name, dst_name = self.pending_moves.pop(job.spec.name)
+        src, dst = self.workers[src_name], self.workers[dst_name]
+        src.inflight -= 1
+        dst.inflight -= 1
+        dst.reserved.discard(job.spec.name)
+        self.migrating -= 1
+        job.cat_probe.t = self.now
+        job.cat_probe.cpu = 0.0
+        self._join(job, dst)
+
+    def _rebalance(self) -> None:
+        running = [j for j in self.jobs.values() if j.state in ("running", "migrating")]
+        if not running or self.migrating:
+            return
+        placed = [
+            PlacedJob(
+                name=j.spec.name, worker=j.worker or "",
+                migrated_at=self.marked_at.get(j.spec.name) if j.cat.migrated else None,
+                rebalanced=j.rebalanced, movable=j.spec.migratable,
+            )
+            for j in running
+        ]
+        moves = plan_rebalance(placed, list(self.workers), self.now, self.cfg.min_balance)
+        for mv in moves:
+            job = self.jobs[mv.job]
+            src, dst = self.workers[mv.source], self.workers[mv.target]
+            if job.state != "running" or not self._can_move(src, dst):
+                continue
+            job.rebalanced = True
+            self._move(job, src, dst, "rebalance")

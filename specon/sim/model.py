@@ -1,0 +1,146 @@
+"""Simulation settings, policy descriptions and results (plain data, JSON-ready)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specon.core.scoring import Weights
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Parameters of one simulated run. Defaults are the shipped ones (docs/parameters.md)."""
+
+    alpha: float = 0.05  # SpeCon threshold: normalised progress per minute
+    interval_s: float = 30.0  # categorisation interval
+    flowcon_alpha: float | None = None  # FlowCon threshold per core; None: same as alpha
+    flowcon_beta: float = 2.0
+    flowcon_max_itval_s: float = 480.0
+    weights: Weights = field(default_factory=Weights)
+    restart_s: float = 3.0  # pod deletion + recreation + container start
+    rebalance: bool = True
+    min_balance: int = 1
+    max_inflight_per_node: int = 1
+    max_inflight_total: int = 4
+    las_thresholds: tuple[float, ...] = (60.0, 600.0)  # core-seconds of attained service
+    slaq_quantum: float = 0.25  # cores handed out per greedy step
+    request_cpu: float = 0.1  # what the default scheduler counts for a pod without requests
+    record_timeline: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "interval_s", "restart_s", "flowcon_beta", "slaq_quantum"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
+
+    @property
+    def flow_alpha(self) -> float:
+        return self.flowcon_alpha if self.flowcon_alpha is not None else self.alpha
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    name: str
+    placement: str = "spread"  # "spread" (Kubernetes default) or "specon"
+    share: str = "equal"  # "equal" (CFS), "las", "slaq"
+    flowcon: bool = False
+    specon: bool = False
+    description: str = ""
+
+
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("default", description="Kubernetes default placement, equal CFS shares (DS/NA)"),
+        Policy("flowcon", flowcon=True, description="default placement + FlowCon limits"),
+        Policy("specon", placement="specon", specon=True,
+               description="SpeCon placement, categories, migration, rebalancing"),
+        Policy("specon+flowcon", placement="specon", specon=True, flowcon=True,
+               description="SpeCon + FlowCon: the full system"),
+        Policy("las", share="las", description="least attained service first (Tiresias-like)"),
+        Policy("slaq", share="slaq", description="greedy CPU to the largest predicted loss drop"),
+        Policy("oracle", description="clairvoyant pooled SRPT: headroom reference, not a rival"),
+    )
+}
+
+
+@dataclass(slots=True)
+class JobResult:
+    name: str
+    profile: str
+    submit_s: float
+    start_s: float | None = None
+    finish_s: float | None = None
+    target_loss: float | None = None
+    target_reached_s: float | None = None
+    deadline_s: float | None = None
+    reached_90_s: float | None = None
+    migrations: list[dict[str, Any]] = field(default_factory=list)
+    marked_s: float | None = None  # when SpeCon marked it migrated (moved or judged best)
+    first_worker: str | None = None
+
+    @property
+    def completion_s(self) -> float:
+        assert self.finish_s is not None
+        return self.finish_s - self.submit_s
+
+    @property
+    def met_deadline(self) -> bool | None:
+        if self.deadline_s is None or self.finish_s is None:
+            return None
+        return self.completion_s <= self.deadline_s + 1e-9
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["completion_s"] = self.completion_s if self.finish_s is not None else None
+        d["time_to_90_s"] = (
+            self.reached_90_s - self.submit_s if self.reached_90_s is not None else None
+        )
+        d["met_deadline"] = self.met_deadline
+        return d
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100); nan for no values."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@dataclass(slots=True)
+class RunResult:
+    policy: str
+    seed: int | None
+    jobs: list[JobResult]
+    #: per worker: [(t, cores in use)] step function
+    cpu: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: per job: [(t, worker or "", cores)] step function (when the timeline is recorded)
+    shares: dict[str, list[tuple[float, str, float]]] = field(default_factory=dict)
+    #: per worker: [(t, number of jobs)]
+    counts: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    events: int = 0
+
+    def summary(self) -> dict[str, float | int]:
+        comp = [j.completion_s for j in self.jobs if j.finish_s is not None]
+        t90 = [j.reached_90_s - j.submit_s for j in self.jobs if j.reached_90_s is not None]
+        first = min(j.submit_s for j in self.jobs)
+        last = max((j.finish_s or 0.0) for j in self.jobs)
+        return {
+            "jobs": len(self.jobs),
+            "avg_completion_s": sum(comp) / len(comp) if comp else math.nan,
+            "p50_completion_s": percentile(comp, 50),
+            "p95_completion_s": percentile(comp, 95),
+            "makespan_s": last - first,
+            "avg_time_to_90_s": sum(t90) / len(t90) if t90 else math.nan,
+            "migrations": sum(len(j.migrations) for j in self.jobs),
+            "targets": sum(1 for j in self.jobs if j.target_loss is not None),
+            "targets_met": sum(1 for j in self.jobs if j.target_reached_s is not None),
+            "deadlines": sum(1 for j in self.jobs if j.deadline_s is not None),
+            "deadlines_met": sum(1 for j in self.jobs if j.met_deadline),
+        }
