@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 #: Floor of the scale, as a fraction of |first value| (and an absolute floor below that).
-SCALE_FLOOR_REL = 1e-3
+SCALE_FLOOR_REL = 1e-6
 SCALE_FLOOR_ABS = 1e-12
 #: Minimum CPU (cores) a job is credited with when computing efficiency, so that a job that was
 #: starved for a whole interval does not get an infinite efficiency.

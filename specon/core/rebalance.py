@@ -33,6 +33,10 @@ class Move:
     target: str
 
 
+def _marked(job: PlacedJob, now: float) -> float:
+    return now if job.migrated_at is None else job.migrated_at
+
+
 def balance_factor(n_jobs: int, n_workers: int, min_balance: int = 1) -> int:
     if n_workers <= 0:
         return 0
@@ -74,7 +78,7 @@ def plan_rebalance(
         ]
         if not pool:
             continue
-        pick = min(pool, key=lambda j: (now - (j.migrated_at or now), j.name))
+        pick = min(pool, key=lambda j: (now - _marked(j, now), j.name))
         moves.append(Move(job=pick.name, source=pick.worker, target=target))
         moved.add(pick.name)
         load[pick.worker] -= 1

@@ -100,25 +100,26 @@ def choose_host(
 
 
 def placement_scores(
-    workers: Sequence[WorkerView], weights: Weights = Weights(), max_score: int = 10
+    workers: Sequence[WorkerView], weights: Weights = Weights(), max_score: int = 10  # noqa: B008
 ) -> Mapping[str, int]:
     """Extender priorities 0..max_score: the lowest SpeCon score gets max_score.
 
-    SpeCon scores map linearly onto 0..max_score-1 (lowest score highest); a worker under half
-    loaded gets one more point, so load breaks ties but a lower SpeCon score never ranks below
-    a higher one (at worst they tie). Unavailable workers get 0.
+    Load breaks ties: it is added to the SpeCon score scaled below half the smallest gap
+    between two distinct scores, so it never reorders different scores; the result is mapped
+    linearly onto 1..max_score. Unavailable (unknown, stale) workers get 0.
     """
     avail = [w for w in workers if w.available]
-    out = {w.name: 0 for w in workers}
+    out = dict.fromkeys((w.name for w in workers), 0)
     if not avail:
         return out
-    raw = {w.name: w.score(weights) for w in avail}
-    lo, hi = min(raw.values()), max(raw.values())
-    span = hi - lo
-    for w in avail:
-        base = 1.0 if span == 0 else 1.0 - (raw[w.name] - lo) / span
-        level = round(base * (max_score - 1))
-        out[w.name] = min(max_score, level + (1 if w.load < 0.5 else 0))
+    raw = sorted({w.score(weights) for w in avail})
+    gaps = [b - a for a, b in zip(raw, raw[1:], strict=False) if b - a > 1e-12]
+    eps = 0.5 * min(gaps) if gaps else 1.0
+    value = {w.name: w.score(weights) + eps * min(1.0, max(0.0, w.load)) for w in avail}
+    lo, hi = min(value.values()), max(value.values())
+    for name, v in value.items():
+        frac = 1.0 if hi - lo < 1e-12 else (hi - v) / (hi - lo)
+        out[name] = 1 + round((max_score - 1) * frac)  # 0 is kept for unknown workers
     return out
 
 
