@@ -1,0 +1,202 @@
+"""The actuator interface: turns a CPU limit decision into a real CFS quota on one container.
+
+Limits are fractions of the node, as in :mod:`specon.core.flowcon`: 1.0 = every CPU of the node,
+0.25 on a 4-CPU node = one core. The actuator converts a fraction into a CFS quota with
+``quota_us = fraction * node_cpus * period_us``. Subclasses only read and write the quota; this
+class holds the careful habits: clamp to the caller's floor, skip a write that changes nothing,
+log every change with before and after, order a batch so that decreases go first, remember the
+limit found before the first change so that :meth:`Actuator.restore_all` can put it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PERIOD_US = 100_000
+#: The kernel refuses a CFS quota below 1 ms.
+MIN_QUOTA_US = 1_000
+
+
+class ActuatorError(Exception):
+    """A limit could not be read or written. ``reason`` is a short, bounded label for metrics."""
+
+    reason = "error"
+
+    def __init__(self, container_id: str, message: str) -> None:
+        super().__init__(f"{short_id(container_id)}: {message}")
+        self.container_id = container_id
+
+
+class ContainerGone(ActuatorError):
+    """The container (or its cgroup) no longer exists: drop it, it is not a failure to retry."""
+
+    reason = "gone"
+
+
+class ActuatorUnavailable(ActuatorError):
+    """The mechanism itself is missing or refused (engine down, no cpu controller, no rights)."""
+
+    reason = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuLimit:
+    """A CFS bandwidth setting: ``quota_us`` per ``period_us``; ``quota_us=None`` is unlimited."""
+
+    quota_us: int | None
+    period_us: int = DEFAULT_PERIOD_US
+
+    @property
+    def cores(self) -> float | None:
+        return None if self.quota_us is None else self.quota_us / self.period_us
+
+    def __str__(self) -> str:
+        if self.quota_us is None:
+            return "unlimited"
+        return f"{self.quota_us}/{self.period_us}us ({self.cores:.3f} cores)"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitChange:
+    """One write that happened: the limit before and after."""
+
+    container_id: str
+    before: CpuLimit
+    after: CpuLimit
+
+
+def short_id(container_id: str) -> str:
+    return container_id.split("://", 1)[-1][:12]
+
+
+def bare_id(container_id: str) -> str:
+    """The ID without a runtime prefix (``docker://``, ``containerd://`` in pod status)."""
+    return container_id.split("://", 1)[-1]
+
+
+class Actuator(ABC):
+    """Sets a container's CPU limit as a fraction of the node.
+
+    Subclasses implement :meth:`read` and :meth:`_write` (raising :class:`ContainerGone` when the
+    container or its cgroup has vanished and :class:`ActuatorError` otherwise).
+    """
+
+    name = "abstract"
+
+    def __init__(self, node_cpus: float, period_us: int = DEFAULT_PERIOD_US) -> None:
+        if not node_cpus > 0:
+            raise ValueError("node_cpus must be > 0")
+        if not 1_000 <= period_us <= 1_000_000:
+            raise ValueError("period_us must be within [1000, 1000000] (the kernel's range)")
+        self.node_cpus = node_cpus
+        self.period_us = period_us
+        # The limit each container had before this actuator first changed it.
+        self._original: dict[str, CpuLimit] = {}
+
+    @abstractmethod
+    def read(self, container_id: str) -> CpuLimit:
+        """The container's current CPU limit."""
+
+    @abstractmethod
+    def _write(self, container_id: str, before: CpuLimit, after: CpuLimit) -> None:
+        """Set the container's CPU limit to ``after`` (its current one is ``before``)."""
+
+    def limit_for(self, fraction: float, floor: float = 0.0) -> CpuLimit:
+        """The CFS quota for ``fraction`` of the node, never below ``floor`` (both in [0, 1])."""
+        if math.isnan(fraction) or fraction <= 0:
+            raise ValueError(f"a limit must be a positive fraction of the node, got {fraction}")
+        if math.isnan(floor) or not 0 <= floor <= 1:
+            raise ValueError(f"the floor must be a fraction of the node in [0, 1], got {floor}")
+        share = min(1.0, max(fraction, floor))
+        quota = max(MIN_QUOTA_US, round(share * self.node_cpus * self.period_us))
+        return CpuLimit(quota, self.period_us)
+
+    def apply(self, container_id: str, fraction: float, floor: float = 0.0) -> LimitChange | None:
+        """Set the limit to ``fraction`` of the node (at least ``floor``).
+
+        Returns the change, or None when the container already had that limit (no write).
+        """
+        after = self.limit_for(fraction, floor)
+        return self._set(container_id, after)
+
+    def apply_many(
+        self, fractions: Mapping[str, float], floor: float = 0.0
+    ) -> tuple[list[LimitChange], dict[str, ActuatorError]]:
+        """Apply a batch, lowering limits before raising any, so the node is never over-promised
+        more than needed between writes. One container's failure does not stop the others."""
+        targets: dict[str, CpuLimit] = {}
+        current: dict[str, CpuLimit] = {}
+        failed: dict[str, ActuatorError] = {}
+        for cid, fraction in fractions.items():
+            targets[cid] = self.limit_for(fraction, floor)
+            try:
+                current[cid] = self.read(cid)
+            except ActuatorError as exc:
+                failed[cid] = exc
+
+        def growth(cid: str) -> float:
+            before = current[cid].cores
+            before = self.node_cpus if before is None else before
+            return (targets[cid].cores or 0.0) - before
+
+        changes: list[LimitChange] = []
+        for cid in sorted(current, key=growth):
+            try:
+                change = self._set(cid, targets[cid], current[cid])
+            except ActuatorError as exc:
+                failed[cid] = exc
+                continue
+            if change is not None:
+                changes.append(change)
+        return changes, failed
+
+    def _set(self, container_id: str, after: CpuLimit, before: CpuLimit | None = None) -> (
+        LimitChange | None
+    ):
+        if before is None:
+            before = self.read(container_id)
+        if before == after:
+            return None
+        self._original.setdefault(container_id, before)
+        self._write(container_id, before, after)
+        log.info(
+            "%s cpu limit %s: %s -> %s", self.name, short_id(container_id), before, after
+        )
+        return LimitChange(container_id, before, after)
+
+    def restore(self, container_id: str) -> LimitChange | None:
+        """Put back the limit the container had before this actuator first changed it."""
+        original = self._original.get(container_id)
+        if original is None:
+            return None
+        change = self._set(container_id, original)
+        self._original.pop(container_id, None)
+        return change
+
+    def restore_all(self) -> dict[str, ActuatorError]:
+        """Restore every container this actuator changed (on shutdown). Never raises for one
+        container; a vanished container needs nothing. Returns the failures by container."""
+        failed: dict[str, ActuatorError] = {}
+        for cid in list(self._original):
+            try:
+                self.restore(cid)
+            except ContainerGone:
+                self._original.pop(cid, None)
+            except ActuatorError as exc:
+                failed[cid] = exc
+        return failed
+
+    def forget(self, container_id: str) -> None:
+        """The container has ended: nothing to restore for it."""
+        self._original.pop(container_id, None)
+
+    @property
+    def changed(self) -> frozenset[str]:
+        """The containers whose limit this actuator changed and has not restored."""
+        return frozenset(self._original)

@@ -1,0 +1,220 @@
+"""CPU limits by direct cgroup writes: v1 ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``, v2
+``cpu.max``.
+
+Finds a container's cgroup from its ID under the cgroupfs layouts (``docker/<id>``,
+``kubepods/<qos>/pod<uid>/<id>``) and the systemd ones (``…/docker-<id>.scope``,
+``…/cri-containerd-<id>.scope``, ``…/crio-<id>.scope``). The engine and the Kubernetes API do
+not see such a write (``docker inspect`` keeps its own value): this serves runtimes with no
+limit API of their own.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from .base import (
+    DEFAULT_PERIOD_US,
+    Actuator,
+    ActuatorError,
+    ActuatorUnavailable,
+    ContainerGone,
+    CpuLimit,
+    bare_id,
+)
+
+#: Deep enough for kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid>.slice/<id>.scope
+#: under a nested root; bounded so that a pathological tree is not walked forever.
+_MAX_DEPTH = 8
+_HEX = frozenset("0123456789abcdef")
+
+
+def cpu_cgroup_root(mountinfo: Path = Path("/proc/self/mountinfo")) -> tuple[Path, int]:
+    """The mount that holds the ``cpu`` controller and its cgroup version (1 or 2).
+
+    On a hybrid host (v1 controllers plus an empty v2 ``unified`` mount) the v1 ``cpu`` mount
+    wins, since the v2 one then has no ``cpu`` controller.
+    """
+    v2: Path | None = None
+    for line in mountinfo.read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, extra = left.split(), right.split()
+        if len(fields) < 5 or len(extra) < 3:
+            continue
+        mount_point = Path(fields[4].replace("\\040", " "))
+        fstype, super_options = extra[0], extra[2].split(",")
+        if fstype == "cgroup" and "cpu" in super_options:
+            return mount_point, 1
+        if fstype == "cgroup2" and v2 is None:
+            controllers = mount_point / "cgroup.controllers"
+            if controllers.exists() and "cpu" in controllers.read_text().split():
+                v2 = mount_point
+    if v2 is not None:
+        return v2, 2
+    raise ActuatorUnavailable("-", "no cgroup mount with the cpu controller (v1 cpu or v2)")
+
+
+def _id_in_name(name: str) -> str | None:
+    """The container ID a cgroup directory is named for, if any."""
+    if "conmon" in name:  # CRI-O's monitor process has a scope of its own beside the container
+        return None
+    stem = name.removesuffix(".scope")
+    candidate = stem.rsplit("-", 1)[-1]
+    if len(candidate) >= 12 and set(candidate) <= _HEX:
+        return candidate
+    return None
+
+
+class CgroupActuator(Actuator):
+    """Writes the CFS quota of a container's cgroup directly.
+
+    ``root`` and ``version`` name the hierarchy (default: the mount holding the ``cpu``
+    controller, from ``/proc/self/mountinfo``; an agent that mounts the host's tree elsewhere
+    passes that path). ``node_cpus`` defaults to ``os.cpu_count()``.
+    """
+
+    name = "cgroup"
+
+    def __init__(
+        self,
+        node_cpus: float | None = None,
+        period_us: int = DEFAULT_PERIOD_US,
+        root: Path | None = None,
+        version: int | None = None,
+    ) -> None:
+        if root is None:
+            root, detected = cpu_cgroup_root()
+            version = version or detected
+        elif version is None:
+            version = 2 if (root / "cgroup.controllers").exists() else 1
+        if version not in (1, 2):
+            raise ValueError("version must be 1 or 2")
+        super().__init__(node_cpus or float(os.cpu_count() or 1), period_us)
+        self.root = root
+        self.version = version
+        self._paths: dict[str, Path] = {}
+
+    # Finding the cgroup
+
+    def find(self, container_id: str) -> Path:
+        """The container's cgroup directory (cached while it exists)."""
+        cached = self._paths.get(container_id)
+        if cached is not None and cached.is_dir():
+            return cached
+        self._paths.pop(container_id, None)
+        wanted = bare_id(container_id).lower()
+        if len(wanted) < 12 or not set(wanted) <= _HEX:
+            raise ActuatorError(container_id, "a container ID is at least 12 hex digits")
+        for depth_matches in self._walk_by_depth():
+            matches = [p for p in depth_matches if (_id_in_name(p.name) or "").startswith(wanted)]
+            if len(matches) > 1:
+                raise ActuatorError(
+                    container_id, f"ambiguous ID: {len(matches)} cgroups under {self.root}"
+                )
+            if matches:
+                self._paths[container_id] = matches[0]
+                return matches[0]
+        raise ContainerGone(container_id, f"no cgroup for this container under {self.root}")
+
+    def _walk_by_depth(self) -> Iterator[list[Path]]:
+        level = [self.root]
+        for _ in range(_MAX_DEPTH):
+            children: list[Path] = []
+            for directory in level:
+                try:
+                    with os.scandir(directory) as entries:
+                        children += [
+                            Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)
+                        ]
+                except FileNotFoundError:
+                    continue  # removed while walking
+            if not children:
+                return
+            yield children
+            level = children
+
+    # Reading and writing
+
+    def read(self, container_id: str) -> CpuLimit:
+        path = self.find(container_id)
+        if self.version == 2:
+            quota_text, _, period_text = self._read_file(container_id, path / "cpu.max").partition(
+                " "
+            )
+            period = int(period_text or DEFAULT_PERIOD_US)
+            quota = None if quota_text == "max" else int(quota_text)
+        else:
+            quota = int(self._read_file(container_id, path / "cpu.cfs_quota_us"))
+            period = int(self._read_file(container_id, path / "cpu.cfs_period_us"))
+            quota = None if quota < 0 else quota
+        if quota is None:
+            return CpuLimit(None, self.period_us)
+        return CpuLimit(quota, period)
+
+    def _write(self, container_id: str, before: CpuLimit, after: CpuLimit) -> None:
+        path = self.find(container_id)
+        if self.version == 2:
+            quota = "max" if after.quota_us is None else str(after.quota_us)
+            # One write sets both, so no in-between state exists.
+            self._write_file(container_id, path / "cpu.max", f"{quota} {after.period_us}")
+            return
+        quota_file, period_file = path / "cpu.cfs_quota_us", path / "cpu.cfs_period_us"
+        if before.period_us != after.period_us:
+            # Unlimited first, so the kernel never sees the old quota against the new period.
+            self._write_file(container_id, quota_file, "-1")
+            self._write_file(container_id, period_file, str(after.period_us))
+        self._write_file(
+            container_id, quota_file, "-1" if after.quota_us is None else str(after.quota_us)
+        )
+
+    def _read_file(self, container_id: str, path: Path) -> str:
+        try:
+            return path.read_text().strip()
+        except OSError as exc:
+            raise self._error(container_id, path, exc) from exc
+
+    def _write_file(self, container_id: str, path: Path, value: str) -> None:
+        try:
+            # One write() call: cgroup files take a value per write, not a stream.
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, value.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise self._error(container_id, path, exc) from exc
+
+    def _error(self, container_id: str, path: Path, exc: OSError) -> ActuatorError:
+        if exc.errno == errno.ENOENT and path.parent.is_dir():
+            return ActuatorUnavailable(
+                container_id, f"no {path.name} in {path.parent}: cpu controller not enabled there"
+            )
+        if exc.errno in (errno.ENOENT, errno.ENODEV, errno.ESRCH):
+            self._paths.pop(container_id, None)
+            return ContainerGone(container_id, f"cgroup vanished ({path.name})")
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return ActuatorUnavailable(container_id, f"cannot write {path}: {exc.strerror}")
+        return ActuatorError(container_id, f"{path.name}: {exc.strerror}")
+
+    def cpu_usage_ns(self, container_id: str) -> int:
+        """The container's total CPU time so far (v1 ``cpuacct.usage``, v2 ``cpu.stat``)."""
+        path = self.find(container_id)
+        if self.version == 2:
+            for line in self._read_file(container_id, path / "cpu.stat").splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) * 1000
+            raise ActuatorError(container_id, "cpu.stat has no usage_usec")
+        # v1: cpuacct may be co-mounted with cpu or mounted on its own beside it.
+        relative = path.relative_to(self.root)
+        for base in (self.root, self.root.parent / "cpuacct", self.root.parent / "cpu,cpuacct"):
+            usage = base / relative / "cpuacct.usage"
+            if usage.exists():
+                return int(self._read_file(container_id, usage))
+        raise ContainerGone(container_id, "no cpuacct.usage for this container")
+
+    def forget(self, container_id: str) -> None:
+        super().forget(container_id)
+        self._paths.pop(container_id, None)
