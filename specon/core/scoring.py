@@ -12,6 +12,7 @@ are the raw ones, as in the research's worked example.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -100,7 +101,7 @@ def choose_host(
 
 
 def placement_scores(
-    workers: Sequence[WorkerView], weights: Weights = Weights(), max_score: int = 10  # noqa: B008
+    workers: Sequence[WorkerView], weights: Weights = Weights(), max_score: int = 10
 ) -> Mapping[str, int]:
     """Extender priorities 0..max_score: the lowest SpeCon score gets max_score.
 
@@ -113,7 +114,7 @@ def placement_scores(
     if not avail:
         return out
     raw = sorted({w.score(weights) for w in avail})
-    gaps = [b - a for a, b in zip(raw, raw[1:], strict=False) if b - a > 1e-12]
+    gaps = [b - a for a, b in itertools.pairwise(raw) if b - a > 1e-12]
     eps = 0.5 * min(gaps) if gaps else 1.0
     value = {w.name: w.score(weights) + eps * min(1.0, max(0.0, w.load)) for w in avail}
     lo, hi = min(value.values()), max(value.values())

@@ -20,7 +20,7 @@ def test_interval_value_is_median_and_falls_back_to_previous():
 def test_first_interval_has_no_growth_second_has():
     t0, g0 = LossTrack().observe([10.0], 30.0, 30.0)
     assert g0 is None and t0.first == 10.0
-    t1, g1 = t0.observe([8.0], 30.0, 60.0)
+    _t1, g1 = t0.observe([8.0], 30.0, 60.0)
     assert g1 is not None
     # |dE| = 2 over a range of 2 in 30 s -> 2 ranges per minute; 2 cores used -> 1 per core
     assert g1.progress == pytest.approx(2.0)
