@@ -4,9 +4,9 @@ The research defines progress as |E(t_i) - E(t_{i-1})| / (t_i - t_{i-1}) on the 
 thresholds set per model. We normalise so that one alpha serves every model (see
 docs/normalisation.md):
 
-* E(t_m) for an interval is the *median* of the loss values logged in that interval (the last
-  logged value when the interval logged none): minibatch losses are noisy and one outlier must
-  not decide a category.
+* E(t_m) for an interval is the *median* of the loss values logged in that interval:
+  minibatch losses are noisy and one outlier must not decide a category. An interval that
+  logged nothing gives no measurement (not a growth of zero).
 * The scale of a job is the range of its interval values seen so far (first value to lowest),
   floored at a small fraction of the first value's magnitude so that a flat start cannot divide
   by zero.
@@ -69,10 +69,11 @@ class LossTrack:
     ) -> tuple[LossTrack, Growth | None]:
         """Take one interval's logged losses; return the new track and the interval's growth.
 
-        The growth is None until the job has two interval values (nothing to compare yet), or
-        when the interval has no length.
+        The growth is None until the job has two interval values (nothing to compare yet), when
+        the interval has no length, or when the job logged nothing new in it: sparse logging
+        is no evidence of slow progress, so it must not demote a job.
         """
-        value = interval_value(samples, self.last)
+        value = interval_value(samples, None)
         if value is None:
             return self, None
         if self.first is None:

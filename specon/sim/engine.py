@@ -15,6 +15,7 @@ checkpoint + restore + pod restart; the loss at a given progress comes from the 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -169,6 +170,7 @@ class Simulator:
         self.remaining = len(self.jobs)
         self.migrating = 0
         self.flow_versions: dict[str, int] = dict.fromkeys(self.workers, 0)
+        self.flow_next: dict[str, float] = dict.fromkeys(self.workers, math.inf)
         self.marked_at: dict[str, float] = {}
         self.pending_moves: dict[str, tuple[str, str]] = {}
         self.result = RunResult(policy=policy.name, seed=seed, jobs=[])
@@ -363,12 +365,23 @@ class Simulator:
 
     # -- FlowCon --------------------------------------------------------------------------
     def _flow_listener(self, w: _Worker) -> None:
-        """Algorithm 2: run at once with the latest efficiencies, reset the interval."""
+        """Algorithm 2: reset the interval to its base and recompute the limits at once.
+
+        The limits are recomputed from the latest efficiencies without reclassifying (a few
+        seconds of log are no interval); the next classification comes at most one base
+        interval later, so frequent arrivals cannot postpone it forever.
+        """
         eff = {n: j.last_eff for n, j in w.jobs.items()}
         w.flow = flowcon.step(w.flow, eff, self.fparams, classify=False)
-        self.flow_versions[w.name] += 1
-        if w.flow.lists:
-            self.push(self.now + w.flow.itval_s, FLOW_TICK, w.name, self.flow_versions[w.name])
+        if not w.flow.lists:
+            self.flow_versions[w.name] += 1
+            self.flow_next[w.name] = math.inf
+            return
+        due = min(self.flow_next[w.name], self.now + w.flow.itval_s)
+        if due != self.flow_next[w.name]:
+            self.flow_versions[w.name] += 1
+            self.flow_next[w.name] = due
+            self.push(due, FLOW_TICK, w.name, self.flow_versions[w.name])
 
     def _flow_tick(self, w: _Worker) -> None:
         self._advance(w)
@@ -384,7 +397,9 @@ class Simulator:
         w.flow = flowcon.step(w.flow, eff, self.fparams)
         self._allocate(w)
         self.flow_versions[w.name] += 1
+        self.flow_next[w.name] = math.inf
         if w.flow.lists:
+            self.flow_next[w.name] = self.now + w.flow.itval_s
             self.push(self.now + w.flow.itval_s, FLOW_TICK, w.name, self.flow_versions[w.name])
 
     # -- SpeCon: categories, migration, rebalancing ------------------------------------------

@@ -17,6 +17,13 @@ def test_interval_value_is_median_and_falls_back_to_previous():
     assert interval_value([], None) is None
 
 
+def test_interval_without_new_log_lines_gives_no_growth():
+    tr, _ = LossTrack().observe([10.0], 30.0, 30.0)
+    tr, g = tr.observe([9.0], 30.0, 30.0)
+    assert g is not None
+    assert tr.observe([], 30.0, 30.0) == (tr, None)
+
+
 def test_first_interval_has_no_growth_second_has():
     t0, g0 = LossTrack().observe([10.0], 30.0, 30.0)
     assert g0 is None and t0.first == 10.0

@@ -1,0 +1,246 @@
+"""The `specon` command line: simulate workloads and experiments, record profiles."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from specon.sim.experiments import DEFAULT_EXPERIMENT, EXPERIMENTS
+from specon.sim.model import POLICIES, SimConfig
+from specon.sim.runner import Matrix, run_matrix
+from specon.workload.load import WorkloadError, load_workload
+from specon.workload.models import Workload
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="SpeCon: progress-aware scheduling of deep-learning training. "
+    "Simulate what it would do for your jobs before installing it.",
+)
+console = Console(width=None if sys.stdout.isatty() else 150)
+err = Console(stderr=True)
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported in one line, exit code 2."""
+
+
+def _seeds(text: str) -> list[int]:
+    text = text.strip()
+    try:
+        if "," in text or "-" in text[1:]:
+            out: list[int] = []
+            for part in text.split(","):
+                if "-" in part[1:]:
+                    a, b = part.split("-", 1)
+                    out.extend(range(int(a), int(b) + 1))
+                else:
+                    out.append(int(part))
+            if not out:
+                raise ValueError
+            return out
+        n = int(text)
+    except ValueError:
+        raise UsageError(
+            f"--seeds: {text!r} is neither a count (5) nor a list (1,2,3 or 0-4)"
+        ) from None
+    if n < 1:
+        raise UsageError("--seeds: the count must be at least 1")
+    return list(range(n))
+
+
+def _policies(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    for p in names:
+        if p not in POLICIES:
+            raise UsageError(f"--policies: unknown policy {p!r} (known: {', '.join(POLICIES)})")
+    if not names:
+        raise UsageError("--policies: name at least one policy")
+    if "oracle" in names:  # the headroom line always comes last
+        names = [p for p in names if p != "oracle"] + ["oracle"]
+    return names
+
+
+def _target(target: str) -> tuple[str, object]:
+    if target in EXPERIMENTS:
+        return target, EXPERIMENTS[target].build
+    path = Path(target)
+    if not path.exists():
+        known = ", ".join(EXPERIMENTS)
+        raise UsageError(f"{target}: no such workload file or built-in experiment ({known})")
+    wl = load_workload(path)
+    return path.stem, (lambda seed, _wl=wl: _wl)
+
+
+def _config(alpha: float | None, interval: float | None, timeline: bool) -> SimConfig:
+    base = SimConfig()
+    try:
+        return SimConfig(
+            alpha=base.alpha if alpha is None else alpha,
+            interval_s=base.interval_s if interval is None else interval,
+            record_timeline=timeline,
+        )
+    except ValueError as exc:
+        flag = "--interval" if "interval" in str(exc) else "--alpha"
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def _fmt(v: float, digits: int = 1) -> str:
+    return "—" if not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _pct(v: float) -> str:
+    return "—" if not math.isfinite(v) else f"{v:+.1f}%"
+
+
+def _summary_table(mx: Matrix) -> Table:
+    t = Table(title=f"{mx.name}: mean over {len(mx.seeds)} seed(s), ± 95% interval",
+              title_justify="left")
+    for col in ("policy", "avg completion s", "vs default", "p50 s", "p95 s", "makespan s",
+                "vs default", "time to 90% s", "migrations", "headroom captured"):
+        t.add_column(col, justify="left" if col == "policy" else "right")
+    for p in mx.policies:
+        avg = mx.metric(p, "avg_completion_s")
+        mk = mx.metric(p, "makespan_s")
+        is_ref = p in ("default", "oracle")
+        t.add_row(
+            p + (" (reference)" if p == "oracle" else ""),
+            f"{_fmt(avg.mean)} ± {_fmt(avg.ci95)}",
+            "" if is_ref else _pct(mx.vs_default(p, "avg_completion_s").mean),
+            _fmt(mx.metric(p, "p50_completion_s").mean),
+            _fmt(mx.metric(p, "p95_completion_s").mean),
+            f"{_fmt(mk.mean)} ± {_fmt(mk.ci95)}",
+            "" if is_ref else _pct(mx.vs_default(p, "makespan_s").mean),
+            _fmt(mx.metric(p, "avg_time_to_90_s").mean),
+            _fmt(mx.metric(p, "migrations").mean),
+            "" if is_ref else _pct(mx.headroom(p, "avg_completion_s").mean).lstrip("+"),
+        )
+    return t
+
+
+def _jobs_table(mx: Matrix) -> Table:
+    seed = mx.seeds[0]
+    t = Table(title=f"completion time per job (s), seed {seed}", title_justify="left")
+    t.add_column("job")
+    t.add_column("profile")
+    t.add_column("submit s", justify="right")
+    for p in mx.policies:
+        t.add_column(p, justify="right")
+    first = mx.runs[mx.policies[0]][0]
+    by = {p: {j.name: j for j in mx.runs[p][0].jobs} for p in mx.policies}
+    for j in sorted(first.jobs, key=lambda j: (j.submit_s, j.name)):
+        cells = []
+        for p in mx.policies:
+            jr = by[p][j.name]
+            moved = sum(1 for m in jr.migrations if m.get("kind") in ("migrate", "rebalance"))
+            cells.append(_fmt(jr.completion_s) + ("*" * moved))
+        t.add_row(j.name, j.profile, _fmt(j.submit_s), *cells)
+    t.caption = "* = moved once (migration or rebalancing)"
+    return t
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+
+
+@app.command()
+def simulate(
+    target: Annotated[str, typer.Argument(
+        help=f"A workload file, or a built-in experiment: {', '.join(EXPERIMENTS)}.")
+    ] = DEFAULT_EXPERIMENT,
+    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = ",".join(POLICIES),
+    seeds: Annotated[str, typer.Option(help="A count (5 = seeds 0-4) or a list (1,2,7 or 0-9).")
+                     ] = "5",
+    alpha: Annotated[float | None, typer.Option(
+        help="Threshold: normalised loss progress per minute (default 0.05).")] = None,
+    interval: Annotated[float | None, typer.Option(
+        help="Categorisation / FlowCon interval in seconds (default 30).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output folder (default results/NAME).")
+                   ] = None,
+    sweep: Annotated[str | None, typer.Option(
+        help="Parameter sweep, e.g. 'alpha=0.01,0.05,0.1 interval=20,30,60'.")] = None,
+    plots: Annotated[bool, typer.Option(help="Draw PNG plots.")] = True,
+    jobs: Annotated[bool, typer.Option(help="Print the per-job table.")] = True,
+) -> None:
+    """Compare scheduling policies on a workload, side by side, over several seeds."""
+    name, build = _target(target)
+    seed_list = _seeds(seeds)
+    pols = _policies(policies)
+    out_dir = out or Path("results") / name
+    if sweep:
+        from specon.sim.sweep import parse_sweep, run_sweep
+
+        grid = parse_sweep(sweep)
+        run_sweep(name, build, pols, seed_list, grid, out_dir, console, _progress())  # type: ignore[arg-type]
+        return
+    cfg = _config(alpha, interval, timeline=plots)
+    with _progress() as prog:
+        task = prog.add_task(f"simulating {name}", total=len(pols) * len(seed_list))
+        mx = run_matrix(name, build, pols, seed_list, cfg,  # type: ignore[arg-type]
+                        tick=lambda p, s: prog.advance(task))
+    wl: Workload = build(seed_list[0])  # type: ignore[operator]
+    if jobs:
+        console.print(_jobs_table(mx))
+    console.print(_summary_table(mx))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "result.json").write_text(json.dumps(mx.to_json(include_timelines=plots)))
+    written = [out_dir / "result.json"]
+    if plots:
+        from specon.sim.plots import write_all
+
+        cpus = {w.name: w.cpus for w in wl.cluster.workers}
+        written += write_all(mx, cpus, out_dir)
+    console.print(f"wrote {len(written)} files to {out_dir}/ (result.json"
+                  + (", summary.png, completion.png, cpu-share-*.png, jobs-per-worker-*.png)"
+                     if plots else ")"))
+
+
+@app.command()
+def experiments() -> None:
+    """List the built-in experiments."""
+    t = Table("name", "what")
+    for e in EXPERIMENTS.values():
+        t.add_row(e.name + (" (default)" if e.name == DEFAULT_EXPERIMENT else ""), e.summary)
+    console.print(t)
+
+
+@app.command()
+def validate(path: Path) -> None:
+    """Check a workload file and say what it holds."""
+    wl = load_workload(path)
+    console.print(f"{path}: ok — {len(wl.jobs)} jobs, {len(wl.profiles)} profiles, "
+                  f"{len(wl.cluster.workers)} workers")
+
+
+try:  # the profile recorder (training side) registers itself when present
+    from specon.recorder import app as _recorder_app
+
+    app.add_typer(_recorder_app, name="profile", help="Record a job's profile.")
+except ImportError:  # pragma: no cover - only while the recorder is absent
+    pass
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except (UsageError, WorkloadError) as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(2)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as exc:  # click's own usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

@@ -1,0 +1,136 @@
+"""Run policies over seeds and aggregate: means, 95% intervals, % against default, headroom."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specon.sim.engine import Simulator
+from specon.sim.model import POLICIES, RunResult, SimConfig
+from specon.sim.oracle import simulate_oracle
+from specon.workload.models import Workload
+
+#: Two-sided 95% Student t critical values by degrees of freedom (1..30); 1.96 beyond.
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+#: Metrics compared across policies (lower is better for all of them).
+METRICS = ("avg_completion_s", "p50_completion_s", "p95_completion_s", "makespan_s",
+           "avg_time_to_90_s")
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float
+    ci95: float  # half-width of the 95% interval (0 with one sample)
+    n: int
+
+    @staticmethod
+    def of(values: Sequence[float]) -> Stat:
+        vals = [v for v in values if math.isfinite(v)]
+        if not vals:
+            return Stat(math.nan, math.nan, 0)
+        if len(vals) == 1:
+            return Stat(vals[0], 0.0, 1)
+        df = len(vals) - 1
+        t = _T95[df - 1] if df <= len(_T95) else 1.96
+        return Stat(statistics.fmean(vals), t * statistics.stdev(vals) / math.sqrt(len(vals)),
+                    len(vals))
+
+
+@dataclass
+class Matrix:
+    """All runs of one workload: ``runs[policy][i]`` is the run with ``seeds[i]``."""
+
+    name: str
+    seeds: list[int]
+    policies: list[str]
+    config: SimConfig
+    runs: dict[str, list[RunResult]] = field(default_factory=dict)
+
+    def metric(self, policy: str, metric: str) -> Stat:
+        return Stat.of([float(r.summary()[metric]) for r in self.runs[policy]])
+
+    def vs_default(self, policy: str, metric: str) -> Stat:
+        """Paired change against default, in % (negative = better)."""
+        if "default" not in self.runs:
+            return Stat(math.nan, math.nan, 0)
+        vals = []
+        for mine, base in zip(self.runs[policy], self.runs["default"], strict=True):
+            b = float(base.summary()[metric])
+            vals.append(100.0 * (float(mine.summary()[metric]) - b) / b if b else math.nan)
+        return Stat.of(vals)
+
+    def headroom(self, policy: str, metric: str) -> Stat:
+        """Share (%) of the oracle's gain over default that the policy captures."""
+        if "default" not in self.runs or "oracle" not in self.runs:
+            return Stat(math.nan, math.nan, 0)
+        vals = []
+        for mine, base, orc in zip(self.runs[policy], self.runs["default"], self.runs["oracle"],
+                                   strict=True):
+            b = float(base.summary()[metric])
+            gap = b - float(orc.summary()[metric])
+            if abs(gap) > 1e-9 * max(1.0, abs(b)):
+                vals.append(100.0 * (b - float(mine.summary()[metric])) / gap)
+        return Stat.of(vals)
+
+    def to_json(self, include_timelines: bool = True) -> dict[str, Any]:
+        aggregate: dict[str, Any] = {}
+        for p in self.policies:
+            aggregate[p] = {
+                m: {**asdict(self.metric(p, m)),
+                    "vs_default_pct": asdict(self.vs_default(p, m)),
+                    "headroom_pct": asdict(self.headroom(p, m))}
+                for m in METRICS
+            }
+            for m in ("migrations", "targets_met", "deadlines_met"):
+                aggregate[p][m] = asdict(self.metric(p, m))
+        runs = []
+        for p in self.policies:
+            for r in self.runs[p]:
+                entry: dict[str, Any] = {
+                    "policy": p, "seed": r.seed, "summary": r.summary(),
+                    "jobs": [j.to_dict() for j in r.jobs],
+                }
+                if include_timelines:
+                    entry["cpu"] = {w: [list(x) for x in s] for w, s in r.cpu.items()}
+                    entry["jobs_per_worker"] = {w: [list(x) for x in s]
+                                                for w, s in r.counts.items()}
+                runs.append(entry)
+        cfg = asdict(self.config)
+        return {"format": "specon-result/v1", "workload": self.name, "seeds": self.seeds,
+                "policies": self.policies, "config": cfg, "aggregate": aggregate, "runs": runs}
+
+
+def run_one(workload: Workload, policy: str, config: SimConfig, seed: int) -> RunResult:
+    if policy == "oracle":
+        return simulate_oracle(workload, seed)
+    return Simulator(workload, POLICIES[policy], config, seed).run()
+
+
+def run_matrix(
+    name: str,
+    build: Callable[[int], Workload],
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    config: SimConfig,
+    tick: Callable[[str, int], None] | None = None,
+) -> Matrix:
+    """Every policy on the same workload per seed (paired comparison)."""
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    mx = Matrix(name=name, seeds=list(seeds), policies=list(policies), config=config)
+    for p in policies:
+        mx.runs[p] = []
+    for seed in seeds:
+        wl = build(seed)
+        for p in policies:
+            mx.runs[p].append(run_one(wl, p, config, seed))
+            if tick is not None:
+                tick(p, seed)
+    return mx
