@@ -233,14 +233,14 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except (UsageError, WorkloadError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except typer.Abort:
         sys.exit(130)
-    except Exception as exc:  # click's own usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+    except Exception as exc:  # the command-line parser's own usage errors
+        show = getattr(exc, "show", None)
+        code = getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            sys.exit(code)
         raise

@@ -1,0 +1,6 @@
+"""Make the synthetic-workload helpers importable as `synth`."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

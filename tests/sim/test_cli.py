@@ -1,0 +1,93 @@
+"""The `specon` command: exit code 2 and one line for bad input; results and plots otherwise."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from synth import profile
+
+
+def specon(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specon", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def workload_file(tmp_path: Path) -> Path:
+    data = {
+        "format": "specon-workload/v1",
+        "cluster": {"workers": [{"name": f"w{i}", "cpus": 2} for i in range(2)]},
+        "profiles": {"fast": profile("fast", tau=0.08), "slow": profile("slow", tau=0.4)},
+        "jobs": [{"name": f"j{i}", "profile": "slow" if i % 2 else "fast", "submit_s": 5.0 * i}
+                 for i in range(8)],
+    }
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_simulate_writes_result_and_plots(workload_file: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    r = specon("simulate", str(workload_file), "--seeds", "2", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "avg completion" in r.stdout and "specon+flowcon" in r.stdout
+    result = json.loads((out / "result.json").read_text())
+    assert result["format"] == "specon-result/v1"
+    assert set(result["aggregate"]) == {"default", "flowcon", "specon", "specon+flowcon",
+                                        "las", "slaq", "oracle"}
+    run = result["runs"][0]
+    job = run["jobs"][0]
+    for key in ("submit_s", "start_s", "finish_s", "completion_s", "time_to_90_s", "migrations"):
+        assert key in job
+    assert run["cpu"] and run["jobs_per_worker"]
+    for png in ("summary.png", "completion.png", "cpu-share-specon-flowcon.png",
+                "jobs-per-worker-specon.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["simulate", "no-such-thing"], "no such workload file or built-in experiment"),
+        (["simulate", "paper-30", "--alpha", "-1"], "--alpha"),
+        (["simulate", "paper-30", "--interval", "0"], "--interval"),
+        (["simulate", "paper-30", "--seeds", "x"], "--seeds"),
+        (["simulate", "paper-30", "--policies", "fifo"], "unknown policy 'fifo'"),
+        (["simulate", "paper-30", "--sweep", "beta=1"], "unknown parameter 'beta'"),
+        (["simulate", "--bogus-flag"], "No such option"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args: list[str], needle: str):
+    r = specon(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert needle in r.stderr
+
+
+def test_bad_workload_file_exits_2(workload_file: Path):
+    data = json.loads(workload_file.read_text())
+    data["jobs"][0]["submit_s"] = -3
+    workload_file.write_text(json.dumps(data))
+    r = specon("simulate", str(workload_file))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "submit_s" in lines[0] and "job 'j0'" in lines[0]
+
+
+def test_sweep_reports_best(workload_file: Path, tmp_path: Path):
+    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "specon+flowcon",
+               "--sweep", "alpha=0.05,0.2 interval=20", "--out", str(tmp_path / "sw"))
+    assert r.returncode == 0, r.stderr
+    assert "best for specon+flowcon" in r.stdout
+    rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())["rows"]
+    assert len(rows) == 2
+
+
+def test_validate_and_experiments(workload_file: Path):
+    r = specon("validate", str(workload_file))
+    assert r.returncode == 0 and "8 jobs" in r.stdout
+    r = specon("experiments")
+    assert r.returncode == 0 and "paper-30" in r.stdout
