@@ -1,0 +1,375 @@
+"""The profile recorder: runs a real training job that honours the training contract and
+writes its measured profile (loss curve, speed per core count, checkpoint cost) in format v1.
+
+`specon profile record --name vae-digits -- python -m specon_examples.vae`"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specon.sdk.checkpoint import ENV_CHECKPOINT_DIR, EXIT_STOPPED
+from specon.sdk.progress import ENV_PROGRESS_FILE
+
+app = typer.Typer(help="Record training-job profiles (format v1).", no_args_is_help=True)
+
+
+@app.callback()
+def _profile() -> None:
+    """Record training-job profiles (format v1)."""
+
+
+class RecordError(RuntimeError):
+    """The job did not behave as the contract says (said once, with what to do)."""
+
+
+def available_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux: no pinning, count only
+        return list(range(os.cpu_count() or 1))
+
+
+def default_cores(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    cores, k = [], 1
+    while k < n:
+        cores.append(k)
+        k *= 2
+    cores.append(n)
+    return cores
+
+
+def even_sample(values: Sequence[float], limit: int) -> list[float]:
+    """At most `limit` values, evenly spaced, always keeping the first and the last."""
+    n = len(values)
+    if n <= limit:
+        return list(values)
+    if limit < 2:
+        return [values[-1]]
+    return [values[round(i * (n - 1) / (limit - 1))] for i in range(limit)]
+
+
+@dataclass
+class Progress:
+    """The records read so far from one run's progress file."""
+
+    path: Path
+    offset: int = 0
+    partial: str = ""
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def poll(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+                self.offset = f.tell()
+        except FileNotFoundError:
+            return []
+        text = self.partial + chunk
+        lines = text.split("\n")
+        self.partial = lines.pop()
+        new = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                new.append(record)
+        self.records.extend(new)
+        return new
+
+    def progress(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("event") == "progress"]
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("event") == name]
+
+
+@dataclass
+class Finished:
+    returncode: int
+    max_rss_kb: int
+    seconds: float
+
+
+class Job:
+    """One run of the command, pinned to `cpus`, with its own progress file."""
+
+    def __init__(self, command: Sequence[str], cpus: Sequence[int], workdir: Path,
+                 checkpoint_dir: Path, tag: str) -> None:
+        self.progress = Progress(workdir / f"progress-{tag}.jsonl")
+        env = dict(os.environ)
+        env[ENV_PROGRESS_FILE] = str(self.progress.path)
+        env[ENV_CHECKPOINT_DIR] = str(checkpoint_dir)
+        # Frameworks that size their pools from these rather than from the affinity mask.
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[var] = str(len(cpus))
+        self.log_path = workdir / f"log-{tag}.txt"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115
+        cpu_set = set(cpus)
+
+        def pin() -> None:
+            if hasattr(os, "sched_setaffinity"):
+                os.sched_setaffinity(0, cpu_set)
+
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            list(command), env=env, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=pin
+        )
+        self.finished: Finished | None = None
+
+    def poll(self) -> Finished | None:
+        self.progress.poll()
+        if self.finished is None:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid != 0:
+                code = os.waitstatus_to_exitcode(status)
+                self.proc.returncode = code
+                self.finished = Finished(code, int(usage.ru_maxrss),
+                                         time.perf_counter() - self.started)
+                self._log.close()
+                self.progress.poll()
+        return self.finished
+
+    def wait(self, timeout: float) -> Finished:
+        deadline = time.perf_counter() + timeout
+        while (done := self.poll()) is None:
+            if time.perf_counter() > deadline:
+                self.proc.kill()
+                raise RecordError(f"the job ran past {timeout:.0f} s; see {self.log_path}")
+            time.sleep(0.05)
+        return done
+
+    def wait_for(self, predicate: Any, timeout: float) -> bool:
+        """Poll until predicate(self) holds (True) or the job ends first (False)."""
+        deadline = time.perf_counter() + timeout
+        while True:
+            done = self.poll()
+            if predicate(self):
+                return True
+            if done is not None:
+                return False
+            if time.perf_counter() > deadline:
+                self.proc.kill()
+                raise RecordError(f"the job ran past {timeout:.0f} s; see {self.log_path}")
+            time.sleep(0.02)
+
+    def tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+
+def seconds_per_iteration(records: Sequence[dict[str, Any]]) -> float | None:
+    """Wall seconds per iteration between the first and the last record given."""
+    if len(records) < 2:
+        return None
+    first, last = records[0], records[-1]
+    steps = int(last["step"]) - int(first["step"])
+    if steps <= 0:
+        return None
+    return (float(last["time"]) - float(first["time"])) / steps
+
+
+@dataclass
+class Sample:
+    cores: int
+    seconds_per_iteration: float | None
+    checkpoint_seconds: list[float]
+    checkpoint_bytes: list[int]
+    restore_seconds: list[float]
+
+
+def timing_sample(command: Sequence[str], cpus: Sequence[int], workdir: Path, tag: str,
+                  window: float, timeout: float) -> Sample:
+    """Time a window of steady training, stop with SIGTERM (a save), restart (a restore),
+    stop again (another save). Checkpoint figures come from the SDK's own events."""
+    ckpt_dir = workdir / f"ckpt-{tag}"
+    job = Job(command, cpus, workdir, ckpt_dir, f"{tag}-a")
+
+    def window_done(j: Job) -> bool:
+        recs = j.progress.progress()
+        return len(recs) >= 3 and float(recs[-1]["time"]) - float(recs[1]["time"]) >= window
+
+    job.wait_for(window_done, timeout)
+    # The first record carries start-up effects (allocator, caches): the window starts after.
+    rate = seconds_per_iteration(job.progress.progress()[1:])
+    sample = Sample(len(cpus), rate, [], [], [])
+    if job.poll() is not None:
+        return sample  # too short a job to stop: timing only
+    job.proc.send_signal(signal.SIGTERM)
+    first = job.wait(timeout)
+    saves = job.progress.events("checkpoint")
+    if first.returncode != EXIT_STOPPED or not saves:
+        return sample  # the job does not checkpoint: timing only
+    sample.checkpoint_seconds.append(float(saves[-1]["seconds"]))
+    sample.checkpoint_bytes.append(int(saves[-1]["bytes"]))
+    again = Job(command, cpus, workdir, ckpt_dir, f"{tag}-b")
+    if again.wait_for(lambda j: bool(j.progress.events("resume")), timeout):
+        sample.restore_seconds.append(float(again.progress.events("resume")[-1]["seconds"]))
+        if again.poll() is None:
+            again.proc.send_signal(signal.SIGTERM)
+    again.wait(timeout)
+    for event in again.progress.events("checkpoint"):
+        if event.get("reason") == "sigterm":
+            sample.checkpoint_seconds.append(float(event["seconds"]))
+            sample.checkpoint_bytes.append(int(event["bytes"]))
+    return sample
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _round(value: float, digits: int = 4) -> float:
+    """Round to `digits` significant figures (timings are not more precise than that)."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, digits - 1 - math.floor(math.log10(abs(value))))
+
+
+def record_profile(
+    command: Sequence[str],
+    name: str,
+    cores: Sequence[int],
+    repeats: int = 3,
+    window: float = 6.0,
+    max_points: int = 400,
+    timeout: float = 1800.0,
+    workdir: Path | None = None,
+    echo: Any = print,
+) -> dict[str, Any]:
+    """Measure the job and return the profile (a plain dict in the v1 field order)."""
+    cpus = available_cpus()
+    cores = sorted({k for k in cores if 1 <= k <= len(cpus)})
+    if not cores or cores[0] != 1:
+        raise RecordError("the core counts must include 1 (speedup is relative to one core)")
+    with tempfile.TemporaryDirectory(prefix="specon-record-") as tmp:
+        work = Path(workdir) if workdir is not None else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+
+        echo(f"reference run on 1 core: {' '.join(command)}")
+        ref = Job(command, cpus[:1], work, work / "ckpt-ref", "ref")
+        done = ref.wait(timeout)
+        if done.returncode != 0:
+            raise RecordError(f"the job exited with {done.returncode}:\n{ref.tail()}")
+        progress = ref.progress.progress()
+        if not progress:
+            raise RecordError(
+                f"the job reported no progress records to ${ENV_PROGRESS_FILE} "
+                "(see docs/training-contract.md)"
+            )
+        losses = [float(r["loss"]) for r in progress if isinstance(r.get("loss"), int | float)]
+        if len(losses) < len(progress):
+            echo(f"warning: {len(progress) - len(losses)} non-finite losses left out")
+        iterations = int(progress[-1]["step"])
+        full_rate = seconds_per_iteration(progress[1:])
+        echo(f"  {iterations} iterations in {done.seconds:.1f} s, "
+             f"{len(losses)} losses, max RSS {done.max_rss_kb / 1024:.0f} MB")
+
+        samples: list[Sample] = []
+        for r in range(repeats):
+            for k in cores:  # interleaved, so that drift in the machine's load hits all alike
+                s = timing_sample(command, cpus[:k], work, f"k{k}-r{r}", window, timeout)
+                echo(f"  {k} core(s), repeat {r + 1}: "
+                     + (f"{s.seconds_per_iteration * 1000:.3f} ms/iteration"
+                        if s.seconds_per_iteration else "no timing")
+                     + (f", save {s.checkpoint_seconds} s" if s.checkpoint_seconds else "")
+                     + (f", restore {s.restore_seconds} s" if s.restore_seconds else ""))
+                samples.append(s)
+
+    def rates(k: int) -> list[float]:
+        return [s.seconds_per_iteration for s in samples
+                if s.cores == k and s.seconds_per_iteration is not None]
+
+    one = rates(1)
+    base = _median(one)
+    if base is None:
+        raise RecordError("no timing window could be measured at 1 core (job too short?)")
+    speedup: dict[str, float] = {}
+    for k in cores:
+        mk = _median(rates(k))
+        if mk is not None:
+            speedup[str(k)] = 1.0 if k == 1 else round(base / mk, 3)
+    per_iteration = _median([*one, full_rate] if full_rate is not None else one)
+    assert per_iteration is not None
+    profile: dict[str, Any] = {
+        "name": name,
+        "iterations": iterations,
+        "loss": even_sample(losses, max_points),
+        "cpu_seconds_per_iteration": _round(per_iteration),
+        "speedup": speedup,
+    }
+    saves = [x for s in samples for x in s.checkpoint_seconds]
+    restores = [x for s in samples for x in s.restore_seconds]
+    sizes = [x for s in samples for x in s.checkpoint_bytes]
+    if saves and restores and sizes:
+        profile["checkpoint_seconds"] = _round(statistics.median(saves))
+        profile["restore_seconds"] = _round(statistics.median(restores))
+        profile["checkpoint_bytes"] = int(statistics.median(sizes))
+    else:
+        echo("warning: the job did not checkpoint and resume by the contract; "
+             "the profile has no checkpoint figures (it cannot be migrated)")
+    profile["memory_mb"] = max(1, round(done.max_rss_kb / 1024))
+    return profile
+
+
+def _parse_cores(text: str | None) -> list[int]:
+    if not text:
+        return default_cores(len(available_cpus()))
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter("a comma-separated list of core counts, e.g. 1,2,4") from exc
+
+
+@app.command("record")
+def record(
+    command: Annotated[list[str], typer.Argument(help="the job's command, after --")],
+    name: Annotated[str, typer.Option(help="profile name, e.g. vae-digits")],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="where to write the profile (default: NAME.json)")] = None,
+    cores: Annotated[str | None, typer.Option(
+        help="core counts to time, comma-separated (default: 1, 2, 4, ... up to this machine's)"
+    )] = None,
+    repeats: Annotated[int, typer.Option(help="timing repeats per core count (median)")] = 3,
+    window: Annotated[float, typer.Option(help="seconds of training per timing sample")] = 6.0,
+    max_points: Annotated[int, typer.Option(help="most loss values kept (evenly spaced)")] = 400,
+    timeout: Annotated[float, typer.Option(help="seconds before one run counts as hung")] = 1800,
+) -> None:
+    """Run a training job and write its profile (format v1).
+
+    The job must honour docs/training-contract.md: the recorder gives it its own progress
+    file and checkpoint directory, pins it to 1, 2, ... cores, stops it with SIGTERM and
+    restarts it to time a checkpoint and a restore."""
+    try:
+        profile = record_profile(command, name, _parse_cores(cores), repeats, window,
+                                 max_points, timeout, echo=lambda m: typer.echo(m, err=True))
+    except RecordError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    path = output if output is not None else Path(f"{name}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(profile, indent=1) + "\n")
+    typer.echo(f"wrote {path}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,334 @@
+"""Safe checkpoints: atomic write, checksum manifest, verified rotation, resume from the last
+good one, and save-then-exit-143 on SIGTERM or on request. See docs/training-contract.md."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from specon.sdk.progress import Reporter, default_reporter
+
+#: Directory where checkpoints go (on the shared volume). Unset: checkpointing is off.
+ENV_CHECKPOINT_DIR = "SPECON_CHECKPOINT_DIR"
+#: Optional: save every N completed steps as well (0 or unset: only on request or SIGTERM).
+ENV_CHECKPOINT_EVERY = "SPECON_CHECKPOINT_EVERY"
+#: The file the agent or manager writes to ask for a checkpoint ({"id": ..., "exit": bool}).
+REQUEST_FILE = "request.json"
+#: The file the job writes after each verified save (the "saved" signal).
+SAVED_FILE = "saved.json"
+#: Exit status of a job that saved and stopped so it can be moved (128 + SIGTERM).
+EXIT_STOPPED = 143
+MANIFEST_FORMAT = "specon-checkpoint/v1"
+_PREFIX = "ckpt-"
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One verified checkpoint on disk."""
+
+    name: str
+    step: int
+    path: Path
+    bytes: int
+    sha256: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What `resume()` took: the state, its step, and the newer checkpoints it rejected."""
+
+    state: Any
+    step: int
+    name: str
+    seconds: float
+    rejected: tuple[tuple[str, str], ...] = field(default=())
+
+    def describe(self) -> str:
+        text = f"resumed from {self.name} (step {self.step})"
+        if self.rejected:
+            why = "; ".join(f"{n}: {r}" for n, r in self.rejected)
+            text += f", rejected newer checkpoints: {why}"
+        return text
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class Checkpointer:
+    """Checkpoints of plain picklable state.
+
+    Call `resume()` once at start, then `step_end(step, state)` after every iteration: it
+    saves when asked (request file, SIGTERM, or every N steps) and, after SIGTERM or an
+    exit request, exits with status 143 once the checkpoint is verified."""
+
+    kind = "pickle"
+    suffix = ".pkl"
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        keep: int = 2,
+        every: int | None = None,
+        reporter: Reporter | None = None,
+        handle_sigterm: bool = True,
+    ) -> None:
+        if directory is None:
+            directory = os.environ.get(ENV_CHECKPOINT_DIR) or None
+        if every is None:
+            every = int(os.environ.get(ENV_CHECKPOINT_EVERY) or 0)
+        self.directory = Path(directory) if directory else None
+        self.keep = max(2, keep)
+        self.every = max(0, every)
+        self._reporter = reporter
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self._last: Saved | None = None
+        self._handled_request: str | None = None
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._handled_request = self._read_saved().get("request")
+            if handle_sigterm and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    # -- hooks a subclass overrides -------------------------------------------------------
+    def serialize(self, state: Any) -> bytes:
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def deserialize(self, data: bytes) -> Any:
+        return pickle.loads(data)
+
+    # -- public ---------------------------------------------------------------------------
+    @property
+    def enabled(self) -> bool:
+        return self.directory is not None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def reporter(self) -> Reporter:
+        return self._reporter if self._reporter is not None else default_reporter()
+
+    def request_stop(self, reason: str = "manual") -> None:
+        """Ask for save-and-exit at the next step boundary (what SIGTERM does)."""
+        self._stop_reason = reason
+        self._stop.set()
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.request_stop("sigterm")
+
+    def checkpoints(self) -> list[tuple[int, str]]:
+        """(step, name) of every checkpoint with a manifest, newest first."""
+        if self.directory is None:
+            return []
+        found = []
+        for manifest in self.directory.glob(f"{_PREFIX}*.json"):
+            try:
+                step = int(manifest.stem[len(_PREFIX):])
+            except ValueError:
+                continue
+            found.append((step, manifest.stem))
+        return sorted(found, reverse=True)
+
+    def save(self, state: Any, step: int, reason: str = "manual") -> Saved | None:
+        """Write, verify and rotate one checkpoint; the previous one stays until this verifies."""
+        if self.directory is None:
+            return None
+        if self._last is not None and self._last.step == step and self._verify_file(self._last):
+            return self._last  # nothing ran since that save: the same state is on disk
+        start = time.perf_counter()
+        name = f"{_PREFIX}{step:09d}"
+        data = self.serialize(state)
+        digest = _sha256(data)
+        data_path = self.directory / f"{name}{self.suffix}"
+        _atomic_write(data_path, data)
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "name": name,
+            "step": step,
+            "file": data_path.name,
+            "kind": self.kind,
+            "bytes": len(data),
+            "sha256": digest,
+            "created": round(time.time(), 6),
+        }
+        _atomic_write(self.directory / f"{name}.json", json.dumps(manifest).encode())
+        saved = Saved(name, step, data_path, len(data), digest, 0.0)
+        if not self._verify_file(saved):
+            # Leave the older ones alone: they are still the last good state.
+            self._remove(name)
+            self.reporter.event("checkpoint-failed", step=step, name=name, reason="verify")
+            return None
+        saved = Saved(name, step, data_path, len(data), digest, time.perf_counter() - start)
+        self._last = saved
+        self._prune()
+        self._write_saved(saved, reason)
+        self.reporter.event(
+            "checkpoint", step=step, name=name, bytes=len(data), sha256=digest,
+            seconds=round(saved.seconds, 6), reason=reason,
+        )
+        return saved
+
+    def load(self) -> Restored | None:
+        """The newest checkpoint that verifies and loads, without applying it anywhere."""
+        if self.directory is None:
+            return None
+        start = time.perf_counter()
+        for tmp in self.directory.glob(".tmp-*"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        rejected: list[tuple[str, str]] = []
+        for step, name in self.checkpoints():
+            reason, state = self._try_load(name)
+            if reason is None:
+                return Restored(state, step, name, time.perf_counter() - start, tuple(rejected))
+            rejected.append((name, reason))
+        if rejected:
+            self.reporter.event(
+                "resume-failed", rejected=[{"name": n, "reason": r} for n, r in rejected]
+            )
+        return None
+
+    def resume(self) -> Restored | None:
+        """Load the last good checkpoint (None when there is none) and say which one."""
+        restored = self.load()
+        if restored is not None:
+            self._announce(restored)
+        return restored
+
+    def step_end(self, step: int, state: Any | Callable[[], Any] = None) -> Saved | None:
+        """Call after each completed step; saves when due and exits 143 when told to stop."""
+        if self.directory is None:
+            return None
+        request = self._pending_request()
+        stop = self._stop.is_set()
+        due = self.every > 0 and step % self.every == 0
+        if not (stop or request is not None or due):
+            return None
+        current = state() if callable(state) else state
+        reason = self._stop_reason if stop else ("request" if request is not None else "periodic")
+        saved = self.save(current, step, reason=reason)
+        if request is not None and saved is not None:
+            self._handled_request = str(request.get("id"))
+            self._write_saved(saved, "request")
+            if request.get("exit"):
+                stop = True
+        if stop and saved is not None:
+            self.reporter.event("stop", step=step, exit_code=EXIT_STOPPED, reason=reason)
+            self.reporter.close()
+            raise SystemExit(EXIT_STOPPED)
+        return saved
+
+    # -- internals ------------------------------------------------------------------------
+    def _announce(self, restored: Restored) -> None:
+        self.reporter.event(
+            "resume", step=restored.step, name=restored.name,
+            seconds=round(restored.seconds, 6),
+            rejected=[{"name": n, "reason": r} for n, r in restored.rejected],
+        )
+
+    def _try_load(self, name: str) -> tuple[str | None, Any]:
+        assert self.directory is not None
+        try:
+            manifest = json.loads((self.directory / f"{name}.json").read_text())
+            data_path = self.directory / str(manifest["file"])
+            expected = str(manifest["sha256"])
+            size = int(manifest["bytes"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return f"unreadable manifest ({type(exc).__name__})", None
+        try:
+            data = data_path.read_bytes()
+        except OSError as exc:
+            return f"missing data file ({type(exc).__name__})", None
+        if len(data) != size:
+            return f"size mismatch ({len(data)} bytes, manifest says {size})", None
+        if _sha256(data) != expected:
+            return "checksum mismatch", None
+        try:
+            return None, self.deserialize(data)
+        except Exception as exc:
+            return f"cannot deserialize ({type(exc).__name__}: {exc})", None
+
+    def _verify_file(self, saved: Saved) -> bool:
+        try:
+            return _sha256(saved.path.read_bytes()) == saved.sha256
+        except OSError:
+            return False
+
+    def _remove(self, name: str) -> None:
+        assert self.directory is not None
+        for path in (self.directory / f"{name}.json", self.directory / f"{name}{self.suffix}"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def _prune(self) -> None:
+        for _, name in self.checkpoints()[self.keep:]:
+            self._remove(name)
+
+    def _read_saved(self) -> dict[str, Any]:
+        assert self.directory is not None
+        try:
+            value = json.loads((self.directory / SAVED_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def _write_saved(self, saved: Saved, reason: str) -> None:
+        assert self.directory is not None
+        body = {
+            "checkpoint": saved.name,
+            "step": saved.step,
+            "sha256": saved.sha256,
+            "bytes": saved.bytes,
+            "reason": reason,
+            "request": self._handled_request,
+            "time": round(time.time(), 6),
+        }
+        _atomic_write(self.directory / SAVED_FILE, json.dumps(body).encode())
+
+    def _pending_request(self) -> dict[str, Any] | None:
+        assert self.directory is not None
+        try:
+            value = json.loads((self.directory / REQUEST_FILE).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return None  # half-written by the requester: look again at the next step
+        if not isinstance(value, dict) or "id" not in value:
+            return None
+        if str(value["id"]) == self._handled_request:
+            return None
+        return value

@@ -1,0 +1,125 @@
+"""Progress reporting: one JSON line per logged step, to the progress file and to stdout.
+
+Stdlib only, so a training image needs nothing but this package (and its framework)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+#: Environment variable naming the JSON-lines progress file (on the shared volume).
+ENV_PROGRESS_FILE = "SPECON_PROGRESS_FILE"
+#: Version of the record format; every record carries it under the key "specon".
+RECORD_VERSION = 1
+
+
+def _number(value: float) -> float | str:
+    # Strict JSON has no NaN or Infinity: they travel as the strings "nan", "inf", "-inf".
+    value = float(value)
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "nan"
+    return "inf" if value > 0 else "-inf"
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value
+    try:
+        return _number(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+class Reporter:
+    """Writes progress and event records; one per process is enough (see `report`)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, stdout: IO[str] | None = None):
+        if path is None:
+            path = os.environ.get(ENV_PROGRESS_FILE) or None
+        self.path = Path(path) if path else None
+        self._stdout = stdout
+        self._file: IO[str] | None = None
+        self._last_step = 0
+
+    def _out(self) -> IO[str]:
+        return self._stdout if self._stdout is not None else sys.stdout
+
+    def emit(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Write one record (already shaped) to the progress file and stdout."""
+        line = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        if self.path is not None:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            self._file.write(line + "\n")
+            self._file.flush()
+        out = self._out()
+        out.write(line + "\n")
+        out.flush()
+        return record
+
+    def report(self, loss: float, step: int | None = None, **metrics: Any) -> dict[str, Any]:
+        if step is None:
+            step = self._last_step + 1
+        self._last_step = int(step)
+        record: dict[str, Any] = {
+            "specon": RECORD_VERSION,
+            "event": "progress",
+            "step": int(step),
+            "loss": _number(loss),
+            "time": round(time.time(), 6),
+        }
+        if metrics:
+            record["metrics"] = {str(k): _clean(v) for k, v in metrics.items()}
+        return self.emit(record)
+
+    def event(self, event: str, **fields: Any) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "specon": RECORD_VERSION,
+            "event": event,
+            "time": round(time.time(), 6),
+        }
+        record.update({k: _clean(v) if not isinstance(v, list | dict) else v
+                       for k, v in fields.items()})
+        return self.emit(record)
+
+    def sync(self) -> None:
+        """Flush and fsync the progress file (before the process stops)."""
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        self._out().flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self.sync()
+            self._file.close()
+            self._file = None
+
+
+_default: Reporter | None = None
+
+
+def default_reporter() -> Reporter:
+    """The process-wide reporter, configured from the environment on first use."""
+    global _default
+    if _default is None:
+        _default = Reporter()
+    return _default
+
+
+def report(loss: float, step: int | None = None, **metrics: Any) -> dict[str, Any]:
+    """Report the loss after `step` completed iterations (1-based; default: previous + 1).
+
+    Appends one JSON line to $SPECON_PROGRESS_FILE (when set) and prints the same line to
+    stdout. Extra keyword arguments are metrics (numbers or short strings)."""
+    return default_reporter().report(loss, step=step, **metrics)
