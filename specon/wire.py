@@ -1,0 +1,86 @@
+"""The wire protocol between node agents and the manager (pydantic models, version 1).
+
+Every number is finite and bounded; unknown keys are refused, so a malformed heartbeat is
+rejected with a message that names the field. Limits are fractions of the node's CPUs
+(1.0 = the whole node); CPU use is in cores.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specon.core.categorize import Category
+
+PROTOCOL = "specon/v1"
+MAX_JOBS_PER_HEARTBEAT = 1000
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JobReport(_Wire):
+    """One training container as its node agent sees it."""
+
+    namespace: Name
+    pod: Name
+    container: Name = "main"
+    uid: Annotated[str, Field(max_length=64)] = ""  # pod UID: migrations are tracked by UID
+    category: Category
+    growth: NonNeg | None = None  # normalised progress per minute (docs/normalisation.md)
+    efficiency: NonNeg | None = None  # growth per core
+    loss: Finite | None = None
+    step: Annotated[int, Field(ge=0)] | None = None
+    limit: Fraction = 1.0
+    cpu_cores: NonNeg = 0.0
+    migrated: bool = False
+    checkpointable: bool = False  # honours the training contract (can be moved)
+    #: Quality target / deadline predictions (issue 7); None when unknown.
+    predicted_finish_s: NonNeg | None = None
+    predicted_target_s: NonNeg | None = None
+
+
+class Heartbeat(_Wire):
+    protocol: Literal["specon/v1"] = PROTOCOL
+    node: Name
+    time: NonNeg  # seconds since the epoch, agent clock
+    seq: Annotated[int, Field(ge=0)]
+    capacity_cpus: Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)]
+    load_cores: NonNeg
+    jobs: Annotated[list[JobReport], Field(max_length=MAX_JOBS_PER_HEARTBEAT)] = []
+    actuator: Annotated[str, Field(max_length=32)] = ""
+
+
+class ReallocationRequest(_Wire):
+    """A node asks the manager to move a converged job (Algorithm 3's immediate request)."""
+
+    protocol: Literal["specon/v1"] = PROTOCOL
+    node: Name
+    namespace: Name
+    pod: Name
+    uid: Annotated[str, Field(max_length=64)] = ""
+    time: NonNeg
+    reason: Annotated[str, Field(max_length=256)] = "converged"
+
+
+class Parameters(_Wire):
+    """What the manager tells agents in every heartbeat reply (one source of truth)."""
+
+    alpha: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    interval_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    flowcon_alpha: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    flowcon_beta: Annotated[float, Field(ge=1, allow_inf_nan=False)]
+
+
+class HeartbeatReply(_Wire):
+    accepted: bool
+    parameters: Parameters
+    #: Jobs the manager wants checkpointed now (namespace/pod), for migrations in flight.
+    checkpoint: list[str] = []
