@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specon.core.categorize import Category
 
-PROTOCOL = "specon/v1"
+PROTOCOL: Literal["specon/v1"] = "specon/v1"
 MAX_JOBS_PER_HEARTBEAT = 1000
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
