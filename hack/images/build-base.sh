@@ -36,6 +36,7 @@ if [ ! -s "$TARBALL" ]; then
   [ -n "$MIRROR" ] || { say "no apt source for suite $SUITE on this machine"; exit 1; }
   mkdir -p "$CACHE"
   ROOTFS=$(mktemp -d "$CACHE/rootfs.XXXXXX")
+  chmod 0755 "$ROOTFS" # it becomes the image's /, which mktemp made private
   trap 'rm -rf "$ROOTFS" "$TARBALL.part"' EXIT
   say "debootstrap $SUITE ($PACKAGES) into $ROOTFS (a few minutes)"
   NICE=(nice -n 19)

@@ -52,6 +52,12 @@ class CpuLimit:
     quota_us: int | None
     period_us: int = DEFAULT_PERIOD_US
 
+    def same_as(self, other: CpuLimit) -> bool:
+        """Equal in effect: two unlimited settings are the same whatever their periods."""
+        if self.quota_us is None or other.quota_us is None:
+            return self.quota_us is None and other.quota_us is None
+        return self == other
+
     @property
     def cores(self) -> float | None:
         return None if self.quota_us is None else self.quota_us / self.period_us
@@ -161,7 +167,7 @@ class Actuator(ABC):
     ):
         if before is None:
             before = self.read(container_id)
-        if before == after:
+        if before.same_as(after):
             return None
         self._original.setdefault(container_id, before)
         self._write(container_id, before, after)

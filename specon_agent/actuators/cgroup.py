@@ -149,8 +149,6 @@ class CgroupActuator(Actuator):
             quota = int(self._read_file(container_id, path / "cpu.cfs_quota_us"))
             period = int(self._read_file(container_id, path / "cpu.cfs_period_us"))
             quota = None if quota < 0 else quota
-        if quota is None:
-            return CpuLimit(None, self.period_us)
         return CpuLimit(quota, period)
 
     def _write(self, container_id: str, before: CpuLimit, after: CpuLimit) -> None:

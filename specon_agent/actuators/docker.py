@@ -69,10 +69,7 @@ class DockerActuator(Actuator):
         self._nano.discard(container_id)
         quota = int(host.get("CpuQuota") or 0)
         period = int(host.get("CpuPeriod") or 0) or DEFAULT_PERIOD_US
-        if quota <= 0:
-            # Unlimited is unlimited whatever the period; keep equal values equal.
-            return CpuLimit(None, self.period_us)
-        return CpuLimit(quota, period)
+        return CpuLimit(quota if quota > 0 else None, period)
 
     def _write(self, container_id: str, before: CpuLimit, after: CpuLimit) -> None:
         cid = bare_id(container_id)

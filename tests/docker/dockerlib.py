@@ -1,0 +1,83 @@
+"""Helpers for the tests on the real Docker Engine: the engine, the local base image, a CPU burner.
+
+No engine is a failure, not a skip, unless SPECON_SKIP_DOCKER=1 (hack/test.d/20-docker.sh starts
+one and builds the image).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+from docker.models.containers import Container
+
+ROOT = Path(__file__).resolve().parents[2]
+LABEL = {"org.specon.test": "docker"}
+
+
+def _skip_requested() -> bool:
+    return os.environ.get("SPECON_SKIP_DOCKER") == "1"
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[docker.DockerClient]:
+    if _skip_requested():
+        pytest.skip("SPECON_SKIP_DOCKER=1")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"no Docker Engine answers ({exc}); hack/test.sh starts one (20-docker.sh)")
+    yield client
+    # Whatever a failed test left behind.
+    for container in client.containers.list(all=True, filters={"label": "org.specon.test"}):
+        container.remove(force=True)
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def base_image(engine: docker.DockerClient) -> str:
+    name = os.environ.get("SPECON_BASE_IMAGE") or (
+        "specon-base:" + (ROOT / "hack/images/base-tag").read_text().strip()
+    )
+    try:
+        engine.images.get(name)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"image {name} missing: run hack/images/build-base.sh")
+    return name
+
+
+# Two busy loops, so that any limit below two cores is what binds, not the program.
+BURN = ["sh", "-c", "yes >/dev/null & yes >/dev/null & wait"]
+
+
+@pytest.fixture
+def burner(engine: docker.DockerClient, base_image: str) -> Iterator[Container]:
+    """A running container that burns CPU, started at a 0.2-core quota so it never hogs the host."""
+    container = engine.containers.run(
+        base_image, BURN, detach=True, labels=LABEL, cpu_period=100_000, cpu_quota=20_000
+    )
+    yield container
+    with contextlib.suppress(docker.errors.NotFound):  # unless the test removed it
+        container.remove(force=True)
+
+
+def _sample(container: Container) -> tuple[int, datetime]:
+    stats = container.stats(stream=False, one_shot=True)
+    return stats["cpu_stats"]["cpu_usage"]["total_usage"], datetime.fromisoformat(stats["read"])
+
+
+def measured_cores(container: Container, seconds: float = 4.0) -> float:
+    """The container's CPU use in cores over ``seconds``, from the engine's stats."""
+    time.sleep(1.0)  # let a just-written limit take hold over a few CFS periods
+    used0, at0 = _sample(container)
+    time.sleep(seconds)
+    used1, at1 = _sample(container)
+    return (used1 - used0) / 1e9 / (at1 - at0).total_seconds()
