@@ -16,6 +16,11 @@ from specon.core.categorize import Category
 PROTOCOL: Literal["specon/v1"] = "specon/v1"
 MAX_JOBS_PER_HEARTBEAT = 1000
 
+#: Pod label that makes a pod a training job (as does ``spec.schedulerName: specon``).
+LABEL_TRAINING = "specon.io/training"
+#: Pod label by which a training pod opts in to migration (it honours docs/training-contract.md).
+LABEL_MIGRATABLE = "specon.io/migratable"
+
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -24,6 +29,16 @@ Name = Annotated[str, Field(min_length=1, max_length=253)]
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SavedCheckpoint(_Wire):
+    """A job's last verified checkpoint, as its ``saved.json`` says (docs/training-contract.md)."""
+
+    request: Annotated[str, Field(max_length=64)] | None = None  # the request it answered
+    name: Annotated[str, Field(max_length=128)]
+    step: Annotated[int, Field(ge=0)]
+    sha256: Annotated[str, Field(min_length=64, max_length=64, pattern="^[0-9a-f]{64}$")]
+    time: NonNeg
 
 
 class JobReport(_Wire):
@@ -45,6 +60,8 @@ class JobReport(_Wire):
     #: Quality target / deadline predictions (issue 7); None when unknown.
     predicted_finish_s: NonNeg | None = None
     predicted_target_s: NonNeg | None = None
+    #: The job's last verified checkpoint (None: none seen); answers a CheckpointRequest.
+    checkpoint: SavedCheckpoint | None = None
 
 
 class Heartbeat(_Wire):
@@ -79,8 +96,31 @@ class Parameters(_Wire):
     flowcon_beta: Annotated[float, Field(ge=1, allow_inf_nan=False)]
 
 
+class CheckpointRequest(_Wire):
+    """The manager asks a job to checkpoint now: the agent writes ``{"id": id, "exit": exit}``
+    to the job's request file; the job's next ``saved.json`` carries ``request: id``."""
+
+    namespace: Name
+    pod: Name
+    uid: Annotated[str, Field(max_length=64)] = ""
+    id: Annotated[str, Field(min_length=1, max_length=64)]
+    exit: bool = False
+
+
 class HeartbeatReply(_Wire):
     accepted: bool
     parameters: Parameters
     #: Jobs the manager wants checkpointed now (namespace/pod), for migrations in flight.
     checkpoint: list[str] = []
+    #: The same requests with the id the job must answer (what an agent acts on).
+    checkpoint_requests: list[CheckpointRequest] = []
+
+
+class ReallocationReply(_Wire):
+    """The manager's answer to a ReallocationRequest (Algorithm 4, decided at once)."""
+
+    decision: Literal["migrate", "stay", "refused"]
+    target: str | None = None
+    reason: Annotated[str, Field(max_length=256)] = ""
+    #: True: the job is marked migrated (moved, or best where it is); never request it again.
+    migrated: bool = False
