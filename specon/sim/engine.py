@@ -172,6 +172,8 @@ class Simulator:
         self.flow_versions: dict[str, int] = dict.fromkeys(self.workers, 0)
         self.flow_next: dict[str, float] = dict.fromkeys(self.workers, math.inf)
         self.marked_at: dict[str, float] = {}
+        #: WorkerView per worker, dropped whenever the worker's jobs, categories or load change.
+        self._view_cache: dict[str, WorkerView] = {}
         self.pending_moves: dict[str, tuple[str, str]] = {}
         self.result = RunResult(policy=policy.name, seed=seed, jobs=[])
         self.cpu = self.result.cpu
@@ -243,6 +245,7 @@ class Simulator:
 
     def _allocate(self, w: _Worker) -> None:
         """Divide the worker's CPU among its jobs and reschedule their completions."""
+        self._view_cache.pop(w.name, None)
         jobs = list(w.jobs.values())
         caps = [min(j.max_cores, w.flow.limits.get(j.spec.name, 1.0) * w.cpus) for j in jobs]
         if self.policy.share == "las":
@@ -307,6 +310,10 @@ class Simulator:
     def _views(self, workers: Sequence[_Worker]) -> list[WorkerView]:
         views = []
         for w in workers:
+            cached = self._view_cache.get(w.name)
+            if cached is not None:
+                views.append(cached)
+                continue
             pc = wc = cc = 0
             for job in w.jobs.values():
                 if job.cat.category is Category.PROGRESSING:
@@ -317,7 +324,9 @@ class Simulator:
                     cc += 1
             cc += len(w.reserved)
             used = self.cpu[w.name][-1][1] / w.cpus
-            views.append(WorkerView(w.name, pc, wc, cc, used))
+            view = WorkerView(w.name, pc, wc, cc, used)
+            self._view_cache[w.name] = view
+            views.append(view)
         return views
 
     def _arrive(self, job: _Job) -> None:
@@ -439,6 +448,7 @@ class Simulator:
             probe.cpu = 0.0
             growth[name] = g.progress if g is not None else None
         res = categorize({n: j.cat for n, j in w.jobs.items()}, growth, self.cfg.alpha)
+        self._view_cache.pop(w.name, None)
         for name, st in res.states.items():
             w.jobs[name].cat = st
         return [w.jobs[n] for n in res.reallocation_requests]
@@ -483,6 +493,7 @@ class Simulator:
         src.inflight += 1
         dst.inflight += 1
         dst.reserved.add(job.spec.name)
+        self._view_cache.pop(dst.name, None)
         self.migrating += 1
         self._count(dst)
         job.result.migrations.append(
@@ -497,6 +508,7 @@ class Simulator:
         src.inflight -= 1
         dst.inflight -= 1
         dst.reserved.discard(job.spec.name)
+        self._view_cache.pop(dst.name, None)
         self.migrating -= 1
         job.cat_probe.t = self.now
         job.cat_probe.cpu = 0.0
