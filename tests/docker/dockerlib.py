@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -20,6 +21,9 @@ from docker.models.containers import Container
 
 ROOT = Path(__file__).resolve().parents[2]
 LABEL = {"org.specon.test": "docker"}
+#: Options for every test container: labelled for clean-up, and no network (none is needed, and
+#: the tests then run on an engine started without a bridge too).
+RUN: dict[str, Any] = {"labels": LABEL, "network_mode": "none"}
 
 
 def _skip_requested() -> bool:
@@ -62,7 +66,7 @@ BURN = ["sh", "-c", "yes >/dev/null & yes >/dev/null & wait"]
 def burner(engine: docker.DockerClient, base_image: str) -> Iterator[Container]:
     """A running container that burns CPU, started at a 0.2-core quota so it never hogs the host."""
     container = engine.containers.run(
-        base_image, BURN, detach=True, labels=LABEL, cpu_period=100_000, cpu_quota=20_000
+        base_image, BURN, detach=True, **RUN, cpu_period=100_000, cpu_quota=20_000
     )
     yield container
     with contextlib.suppress(docker.errors.NotFound):  # unless the test removed it
@@ -74,10 +78,15 @@ def _sample(container: Container) -> tuple[int, datetime]:
     return stats["cpu_stats"]["cpu_usage"]["total_usage"], datetime.fromisoformat(stats["read"])
 
 
-def measured_cores(container: Container, seconds: float = 4.0) -> float:
-    """The container's CPU use in cores over ``seconds``, from the engine's stats."""
+def measured_cores(container: Container, seconds: float = 3.0, windows: int = 1) -> list[float]:
+    """The container's CPU use in cores over ``windows`` back-to-back windows of ``seconds``,
+    from the engine's stats. Other load on a shared host can only lower a window's figure."""
     time.sleep(1.0)  # let a just-written limit take hold over a few CFS periods
     used0, at0 = _sample(container)
-    time.sleep(seconds)
-    used1, at1 = _sample(container)
-    return (used1 - used0) / 1e9 / (at1 - at0).total_seconds()
+    cores = []
+    for _ in range(windows):
+        time.sleep(seconds)
+        used1, at1 = _sample(container)
+        cores.append((used1 - used0) / 1e9 / (at1 - at0).total_seconds())
+        used0, at0 = used1, at1
+    return cores

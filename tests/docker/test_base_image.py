@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import docker
 import pytest
-from dockerlib import LABEL
+from dockerlib import RUN
 
 pytestmark = pytest.mark.docker
 
@@ -17,7 +17,7 @@ def test_base_image_runs_python_and_torch(engine: docker.DockerClient, base_imag
         "int(x.grad.sum()))"
     )
     out = engine.containers.run(
-        base_image, ["python3", "-c", script], remove=True, labels=LABEL, user="1000:1000"
+        base_image, ["python3", "-c", script], remove=True, **RUN, user="1000:1000"
     ).decode()
     python, torch_version, numpy_version, sklearn_version, grad = out.split()
     assert python.startswith("3.11.")

@@ -8,7 +8,7 @@ import logging
 import docker
 import pytest
 from docker.models.containers import Container
-from dockerlib import BURN, LABEL, measured_cores
+from dockerlib import BURN, RUN, measured_cores
 
 from specon_agent.actuators import ContainerGone, CpuLimit
 from specon_agent.actuators.docker import DockerActuator
@@ -35,15 +35,18 @@ def test_quota_is_written_inspected_and_cpu_use_follows(
     assert change.after == CpuLimit(30_000, 100_000)
     assert "20000/100000us (0.200 cores) -> 30000/100000us (0.300 cores)" in caplog.text
     assert host_config(burner)["CpuQuota"] == 30_000
-    used_low = measured_cores(burner)
-    # CFS holds use under the quota; other load on a shared host may keep it below.
-    assert 0.5 * low <= used_low <= 1.1 * low + 0.02, used_low
+    # CFS holds use under the quota in every window; other load on a shared host can keep it
+    # below, so the lower bounds look at the best of three windows.
+    used_low = measured_cores(burner, windows=3)
+    assert max(used_low) <= 1.1 * low + 0.02, used_low
+    assert max(used_low) >= 0.5 * low, used_low
 
     actuator.apply(burner.id, high / actuator.node_cpus)
     assert host_config(burner)["CpuQuota"] == 100_000
-    used_high = measured_cores(burner)
+    used_high = measured_cores(burner, windows=3)
     # Raised: clearly above what the old quota allowed, and still under the new one.
-    assert 1.1 * low + 0.1 <= used_high <= 1.1 * high + 0.02, used_high
+    assert max(used_high) <= 1.1 * high + 0.02, used_high
+    assert max(used_high) >= 1.1 * low + 0.1, used_high
 
 
 def test_no_write_when_unchanged_floor_holds_and_restore_puts_back(
@@ -70,7 +73,7 @@ def test_container_limited_by_cpus_is_updated_through_nano_cpus(
     engine: docker.DockerClient, base_image: str
 ) -> None:
     container = engine.containers.run(
-        base_image, ["sleep", "600"], detach=True, labels=LABEL, nano_cpus=200_000_000
+        base_image, ["sleep", "600"], detach=True, **RUN, nano_cpus=200_000_000
     )
     try:
         actuator = DockerActuator(engine)
@@ -86,7 +89,7 @@ def test_container_limited_by_cpus_is_updated_through_nano_cpus(
 def test_unlimited_container_reads_unlimited_and_is_restored_unlimited(
     engine: docker.DockerClient, base_image: str
 ) -> None:
-    container = engine.containers.run(base_image, ["sleep", "600"], detach=True, labels=LABEL)
+    container = engine.containers.run(base_image, ["sleep", "600"], detach=True, **RUN)
     try:
         actuator = DockerActuator(engine)
         assert actuator.read(container.id).quota_us is None
@@ -102,7 +105,7 @@ def test_unlimited_container_reads_unlimited_and_is_restored_unlimited(
 def test_vanished_container_is_a_clear_error_and_does_not_stop_the_others(
     engine: docker.DockerClient, base_image: str, burner: Container
 ) -> None:
-    doomed = engine.containers.run(base_image, BURN, detach=True, labels=LABEL, cpu_quota=20_000)
+    doomed = engine.containers.run(base_image, BURN, detach=True, **RUN, cpu_quota=20_000)
     actuator = DockerActuator(engine)
     actuator.apply(doomed.id, 0.15 / actuator.node_cpus)
     doomed.remove(force=True)
