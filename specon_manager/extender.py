@@ -1,0 +1,121 @@
+"""The scheduler extender: kube-scheduler's filter and prioritize calls, in its exact JSON.
+
+The types mirror ``k8s.io/kube-scheduler/extender/v1``, which has no json tags, so the keys on
+the wire are the Go field names (``Pod``, ``Nodes``, ``NodeNames``, ``FailedNodes``, ...). With
+``nodeCacheCapable: false`` the scheduler sends full ``Nodes`` and reads ``Nodes`` back; with
+``true`` it sends and reads ``NodeNames``. Pods that are not training jobs pass untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from specon.core.scoring import placement_scores
+from specon_manager.state import ClusterState, is_training_pod, reservation_key
+
+MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+
+
+class _Go(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ExtenderArgs(_Go):
+    """extenderv1.ExtenderArgs: the pod and the candidate nodes (full objects or names)."""
+
+    Pod: dict[str, Any]
+    Nodes: dict[str, Any] | None = None
+    NodeNames: list[str] | None = None
+
+
+class ExtenderFilterResult(_Go):
+    Nodes: dict[str, Any] | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] = {}
+    FailedAndUnresolvableNodes: dict[str, str] = {}
+    Error: str = ""
+
+
+class HostPriority(_Go):
+    Host: str
+    Score: int
+
+
+class BadRequest(ValueError):
+    """The scheduler sent something that is not an ExtenderArgs."""
+
+
+def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]] | None]:
+    names = args.get("NodeNames")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadRequest("NodeNames must be a list of strings")
+        return names, None
+    nodes = args.get("Nodes")
+    if nodes is None:
+        return [], None
+    items = nodes.get("items") if isinstance(nodes, dict) else None
+    if not isinstance(items, list):
+        raise BadRequest("Nodes must be a NodeList with items")
+    out: list[str] = []
+    for item in items:
+        try:
+            out.append(str(item["metadata"]["name"]))
+        except (KeyError, TypeError) as exc:
+            raise BadRequest("every node in Nodes.items needs metadata.name") from exc
+    return out, items
+
+
+def _pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    pod = args.get("Pod")
+    if not isinstance(pod, dict):
+        raise BadRequest("Pod must be an object")
+    return pod
+
+
+def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: str) -> (
+    dict[str, Any]
+):
+    """ExtenderFilterResult for ``args`` (a decoded ExtenderArgs)."""
+    pod = _pod(args)
+    names, items = _node_names(args)
+    keep = set(names)
+    failed: dict[str, str] = {}
+    if is_training_pod(pod, scheduler_name):
+        res = state.reservation(reservation_key(pod))
+        if res is not None:
+            for n in names:
+                if res.source_present:
+                    failed[n] = (f"migration {res.migration_id}: waiting for the pod it replaces "
+                                 "to terminate")
+                elif n != res.target:
+                    failed[n] = f"migration {res.migration_id}: reserved for node {res.target}"
+            keep = {n for n in names if n not in failed}
+    reply: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {},
+                             "Error": ""}
+    if items is not None:
+        reply["Nodes"] = {"apiVersion": "v1", "kind": "NodeList",
+                          "items": [i for i in items if i["metadata"]["name"] in keep]}
+        reply["NodeNames"] = None
+    else:
+        reply["Nodes"] = None
+        reply["NodeNames"] = [n for n in names if n in keep]
+    return reply
+
+
+def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: str) -> (
+    list[dict[str, Any]]
+):
+    """HostPriorityList for ``args``: 0..10, higher is better; 0 for unknown or stale nodes."""
+    pod = _pod(args)
+    names, _ = _node_names(args)
+    if not is_training_pod(pod, scheduler_name):
+        return [{"Host": n, "Score": 0} for n in names]
+    res = state.reservation(reservation_key(pod))
+    if res is not None:
+        return [{"Host": n, "Score": MAX_PRIORITY if n == res.target else 0} for n in names]
+    scores = placement_scores(state.views(names), state.weights, MAX_PRIORITY)
+    return [{"Host": n, "Score": int(scores.get(n, 0))} for n in names]

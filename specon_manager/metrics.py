@@ -1,0 +1,64 @@
+"""The manager's Prometheus metrics (``specon_`` prefix, units in names, bounded labels).
+
+Each app owns its registry, so two managers in one process (tests) never share counters."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class ManagerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.extender_requests = Counter(
+            "specon_extender_requests_total", "Extender calls from kube-scheduler.",
+            ["verb", "result"], registry=r)
+        self.extender_seconds = Histogram(
+            "specon_extender_request_duration_seconds", "Time to answer an extender call.",
+            ["verb"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.heartbeats = Counter(
+            "specon_heartbeats_total",
+            "Heartbeats received, by result (accepted, unauthenticated, forbidden, invalid, "
+            "unknown_node).", ["result"], registry=r)
+        self.reallocation_requests = Counter(
+            "specon_reallocation_requests_total",
+            "Reallocation requests from agents, by decision.", ["decision"], registry=r)
+        self.bodies_refused = Counter(
+            "specon_request_bodies_refused_total", "Requests refused for their body size.",
+            registry=r)
+        self.nodes = Gauge(
+            "specon_nodes", "Nodes known from heartbeats, fresh or stale (unknown).",
+            ["state"], registry=r)
+        self.jobs = Gauge(
+            "specon_jobs", "Training jobs reported by fresh nodes, by category.",
+            ["category"], registry=r)
+        self.migrations = Counter(
+            "specon_migrations_total",
+            "Migrations that ended, by result (completed, cancelled, stayed, failed).",
+            ["result"], registry=r)
+        self.migrations_started = Counter(
+            "specon_migrations_started_total", "Migrations started, by reason.", ["reason"],
+            registry=r)
+        self.migrations_in_flight = Gauge(
+            "specon_migrations_in_flight", "Migrations in flight.", registry=r)
+        self.migration_seconds = Histogram(
+            "specon_migration_duration_seconds",
+            "From the choice of target to the replacement placed (completed migrations).",
+            buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600), registry=r)
+        self.checkpoint_wait_seconds = Histogram(
+            "specon_migration_checkpoint_wait_seconds",
+            "From the checkpoint request to the verified checkpoint.",
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=r)
+        self.rebalance_rounds = Counter(
+            "specon_rebalance_rounds_total", "Rebalancing rounds run by the leader.", registry=r)
+        self.rebalance_moves = Counter(
+            "specon_rebalance_moves_total", "Moves planned by rebalancing, by outcome.",
+            ["outcome"], registry=r)
+        self.leader = Gauge(
+            "specon_leader", "1 while this replica holds the leader Lease.", registry=r)
+        self.reconcile_errors = Counter(
+            "specon_reconcile_errors_total", "Errors while reconciling migrations.",
+            registry=r)

@@ -1,0 +1,81 @@
+"""The manager's settings: one pydantic-settings object, from the environment (``SPECON_MANAGER_*``)
+or flags; every knob of the service is documented here and in docs/manager.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class ManagerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPECON_MANAGER_", extra="forbid")
+
+    # -- serving ------------------------------------------------------------------------------
+    host: str = "0.0.0.0"
+    port: int = Field(default=8080, ge=1, le=65535)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: Largest request body accepted on the agent endpoints (heartbeats, reallocation requests).
+    max_agent_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
+    #: Largest request body accepted on the extender endpoints (full Node lists are large).
+    max_extender_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+
+    # -- agents -------------------------------------------------------------------------------
+    #: File of agent credentials, one ``TOKEN NODE`` pair per line (``#`` comments allowed).
+    #: A token names the one node it may speak for.
+    tokens_file: Path | None = None
+    #: Agents are expected to report every ``heartbeat_interval_s``.
+    heartbeat_interval_s: Positive = 30.0
+    #: A node whose last heartbeat is older than this many intervals is "unknown" (never idle).
+    stale_after_intervals: Positive = 3.0
+
+    # -- the algorithms' parameters (sent to every agent in each heartbeat reply) ---------------
+    alpha: Positive = 0.01
+    interval_s: Positive = 30.0
+    flowcon_alpha: Positive = 0.05
+    flowcon_beta: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 2.0
+    weight_progressing: Positive = 2.0
+    weight_watching: Positive = 1.5
+    weight_converged: Positive = 1.0
+
+    # -- which pods are ours ------------------------------------------------------------------
+    #: Pods with this scheduler name are training jobs (as are pods with the training label).
+    scheduler_name: str = "specon"
+
+    # -- Kubernetes ---------------------------------------------------------------------------
+    #: Talk to the API server (migration, rebalancing, leader election). Off: extender and
+    #: heartbeats only.
+    kubernetes: bool = True
+    #: A kubeconfig file; unset: in-cluster configuration.
+    kubeconfig: Path | None = None
+
+    # -- migration (Algorithm 4) ----------------------------------------------------------------
+    migration: bool = True
+    #: How long a job has to write and verify its checkpoint before the migration is cancelled.
+    checkpoint_timeout_s: Positive = 180.0
+    #: How long the replacement may take to be placed on the reserved target before the
+    #: reservation is lifted (the job is then scheduled anywhere: never lost).
+    placement_timeout_s: Positive = 300.0
+    #: Global rate limit: at most this many migrations start within ``migration_window_s``.
+    max_migrations_per_window: int = Field(default=5, ge=0)
+    migration_window_s: Positive = 60.0
+    #: How often the controller reconciles migrations in flight.
+    reconcile_period_s: Positive = 2.0
+
+    # -- rebalancing (Algorithm 5) ----------------------------------------------------------------
+    rebalance: bool = True
+    rebalance_period_s: Positive = 60.0
+    min_balance: int = Field(default=1, ge=0)
+
+    # -- high availability ----------------------------------------------------------------------
+    leader_election: bool = False
+    lease_name: str = "specon-manager"
+    lease_namespace: str = "specon-system"
+    #: This replica's identity in the Lease (the pod name in a cluster).
+    identity: str = ""
+    lease_duration_s: Positive = 15.0
+    renew_period_s: Positive = 5.0

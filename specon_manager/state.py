@@ -1,0 +1,210 @@
+"""The manager's live view: each worker's last heartbeat, the reservations of migrations in
+flight and the checkpoint requests waiting for agents. Thread-safe; no I/O."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from specon.core.categorize import Category
+from specon.core.scoring import Weights, WorkerView
+from specon.wire import LABEL_TRAINING, CheckpointRequest, Heartbeat, JobReport
+
+#: Annotation on a bare replacement pod naming the migration it belongs to.
+ANNOTATION_MIGRATION_ID = "specon.io/migration-id"
+
+
+def pod_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def job_key(pod: Mapping[str, Any]) -> str:
+    """The identity of the job a pod runs: its controlling Job, else the pod itself.
+
+    A Job's replacement pod has a new name but the same owner; a bare pod's replacement carries
+    the migration id of the pod it replaces (see :func:`reservation_key`)."""
+    meta = pod.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "Job":
+            return f"job/{ref.get('uid', '')}"
+    return f"pod/{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def reservation_key(pod: Mapping[str, Any]) -> str:
+    """The key under which a reservation for this (replacement) pod is held."""
+    meta = pod.get("metadata") or {}
+    mig = (meta.get("annotations") or {}).get(ANNOTATION_MIGRATION_ID)
+    key = job_key(pod)
+    if key.startswith("pod/") and mig:
+        return f"migration/{mig}"
+    return key
+
+
+def is_training_pod(pod: Mapping[str, Any], scheduler_name: str) -> bool:
+    meta = pod.get("metadata") or {}
+    if (meta.get("labels") or {}).get(LABEL_TRAINING) == "true":
+        return True
+    return bool((pod.get("spec") or {}).get("schedulerName") == scheduler_name)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A migration's claim on its target: the extender admits the replacement only there, and
+    only once the pod it replaces is gone (never two pods of one job)."""
+
+    key: str
+    migration_id: str
+    target: str
+    source_node: str
+    source_present: bool = True
+
+
+@dataclass
+class NodeRecord:
+    heartbeat: Heartbeat
+    received: float  # manager clock
+
+
+@dataclass
+class ClusterState:
+    """Everything the extender needs, kept current by heartbeats and the controller."""
+
+    stale_after_s: float
+    weights: Weights = field(default_factory=Weights)
+    clock: Callable[[], float] = time.time
+    _nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    _reservations: dict[str, Reservation] = field(default_factory=dict)
+    _requests: dict[str, dict[str, CheckpointRequest]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- heartbeats -----------------------------------------------------------------------------
+    def record(self, hb: Heartbeat) -> None:
+        now = self.clock()
+        with self._lock:
+            old = self._nodes.get(hb.node)
+            # A late, reordered heartbeat from the same agent never replaces a newer one.
+            if old is not None and hb.seq < old.heartbeat.seq and hb.time <= old.heartbeat.time:
+                return
+            self._nodes[hb.node] = NodeRecord(hb, now)
+
+    def forget_node(self, node: str) -> None:
+        with self._lock:
+            self._nodes.pop(node, None)
+
+    def is_fresh(self, node: str, now: float | None = None) -> bool:
+        now = self.clock() if now is None else now
+        rec = self._nodes.get(node)
+        return rec is not None and now - rec.received <= self.stale_after_s
+
+    def heartbeat(self, node: str) -> Heartbeat | None:
+        rec = self._nodes.get(node)
+        return None if rec is None else rec.heartbeat
+
+    def nodes(self) -> list[str]:
+        with self._lock:
+            return sorted(self._nodes)
+
+    def fresh_nodes(self) -> list[str]:
+        now = self.clock()
+        with self._lock:
+            return sorted(n for n in self._nodes if self.is_fresh(n, now))
+
+    def node_counts(self) -> tuple[int, int]:
+        """(fresh, stale) nodes."""
+        now = self.clock()
+        with self._lock:
+            fresh = sum(1 for n in self._nodes if self.is_fresh(n, now))
+            return fresh, len(self._nodes) - fresh
+
+    def jobs(self, fresh_only: bool = True) -> list[tuple[str, JobReport]]:
+        """(node, job) for every job reported by a node (by default: fresh nodes only)."""
+        now = self.clock()
+        with self._lock:
+            return [(n, j) for n, rec in self._nodes.items()
+                    if not fresh_only or self.is_fresh(n, now) for j in rec.heartbeat.jobs]
+
+    def find_job(self, namespace: str, pod: str) -> tuple[str, JobReport] | None:
+        with self._lock:
+            for node, rec in self._nodes.items():
+                for j in rec.heartbeat.jobs:
+                    if j.namespace == namespace and j.pod == pod:
+                        return node, j
+        return None
+
+    def category_counts(self) -> dict[Category, int]:
+        out = dict.fromkeys(Category, 0)
+        for _, j in self.jobs():
+            out[j.category] += 1
+        return out
+
+    # -- views for Algorithm 4 and the extender ---------------------------------------------------
+    def views(self, names: Iterable[str], exclude: frozenset[str] = frozenset()) -> (
+        list[WorkerView]
+    ):
+        """Worker views of these nodes. A node with no fresh heartbeat is unavailable (unknown,
+        never idle); a reserved migration target counts its incoming job as converged; pods
+        in ``exclude`` (namespace/name) are not counted."""
+        now = self.clock()
+        out: list[WorkerView] = []
+        with self._lock:
+            incoming: dict[str, int] = {}
+            for r in self._reservations.values():
+                incoming[r.target] = incoming.get(r.target, 0) + 1
+            for name in names:
+                rec = self._nodes.get(name)
+                if rec is None or not self.is_fresh(name, now):
+                    out.append(WorkerView(name, available=False))
+                    continue
+                pc = wc = cc = 0
+                for j in rec.heartbeat.jobs:
+                    if pod_key(j.namespace, j.pod) in exclude:
+                        continue
+                    if j.category is Category.PROGRESSING:
+                        pc += 1
+                    elif j.category is Category.WATCHING:
+                        wc += 1
+                    else:
+                        cc += 1
+                cc += incoming.get(name, 0)
+                hb = rec.heartbeat
+                load = min(1.0, hb.load_cores / hb.capacity_cpus)
+                out.append(WorkerView(name, pc, wc, cc, load, True))
+        return out
+
+    # -- reservations ---------------------------------------------------------------------------
+    def reserve(self, res: Reservation) -> None:
+        with self._lock:
+            self._reservations[res.key] = res
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            self._reservations.pop(key, None)
+
+    def source_gone(self, key: str) -> None:
+        with self._lock:
+            res = self._reservations.get(key)
+            if res is not None:
+                self._reservations[key] = replace(res, source_present=False)
+
+    def reservation(self, key: str) -> Reservation | None:
+        return self._reservations.get(key)
+
+    def reservations(self) -> list[Reservation]:
+        with self._lock:
+            return list(self._reservations.values())
+
+    # -- checkpoint requests (carried to agents in heartbeat replies) ----------------------------
+    def request_checkpoint(self, node: str, req: CheckpointRequest) -> None:
+        with self._lock:
+            self._requests.setdefault(node, {})[pod_key(req.namespace, req.pod)] = req
+
+    def withdraw_checkpoint(self, node: str, namespace: str, pod: str) -> None:
+        with self._lock:
+            self._requests.get(node, {}).pop(pod_key(namespace, pod), None)
+
+    def checkpoint_requests(self, node: str) -> list[CheckpointRequest]:
+        with self._lock:
+            return list(self._requests.get(node, {}).values())
