@@ -95,13 +95,20 @@ class Actuator(ABC):
 
     name = "abstract"
 
-    def __init__(self, node_cpus: float, period_us: int = DEFAULT_PERIOD_US) -> None:
+    def __init__(
+        self, node_cpus: float, period_us: int = DEFAULT_PERIOD_US, min_step: float = 0.0
+    ) -> None:
+        """``min_step``: skip a write that moves a quota by less than this fraction of its
+        current value (0: only an identical limit is skipped), so noise does not churn limits."""
         if not node_cpus > 0:
             raise ValueError("node_cpus must be > 0")
         if not 1_000 <= period_us <= 1_000_000:
             raise ValueError("period_us must be within [1000, 1000000] (the kernel's range)")
+        if not 0 <= min_step < 1:
+            raise ValueError("min_step must be within [0, 1)")
         self.node_cpus = node_cpus
         self.period_us = period_us
+        self.min_step = min_step
         # The limit each container had before this actuator first changed it.
         self._original: dict[str, CpuLimit] = {}
 
@@ -162,26 +169,35 @@ class Actuator(ABC):
                 changes.append(change)
         return changes, failed
 
-    def _set(self, container_id: str, after: CpuLimit, before: CpuLimit | None = None) -> (
-        LimitChange | None
-    ):
+    def _set(
+        self,
+        container_id: str,
+        after: CpuLimit,
+        before: CpuLimit | None = None,
+        exact: bool = False,
+    ) -> LimitChange | None:
         if before is None:
             before = self.read(container_id)
-        if before.same_as(after):
+        if before.same_as(after) or (not exact and self._too_small(before, after)):
             return None
-        self._original.setdefault(container_id, before)
         self._write(container_id, before, after)
+        self._original.setdefault(container_id, before)
         log.info(
             "%s cpu limit %s: %s -> %s", self.name, short_id(container_id), before, after
         )
         return LimitChange(container_id, before, after)
+
+    def _too_small(self, before: CpuLimit, after: CpuLimit) -> bool:
+        if before.cores is None or after.cores is None:
+            return False
+        return abs(after.cores - before.cores) < self.min_step * before.cores
 
     def restore(self, container_id: str) -> LimitChange | None:
         """Put back the limit the container had before this actuator first changed it."""
         original = self._original.get(container_id)
         if original is None:
             return None
-        change = self._set(container_id, original)
+        change = self._set(container_id, original, exact=True)
         self._original.pop(container_id, None)
         return change
 

@@ -83,6 +83,7 @@ class CgroupActuator(Actuator):
         period_us: int = DEFAULT_PERIOD_US,
         root: Path | None = None,
         version: int | None = None,
+        min_step: float = 0.0,
     ) -> None:
         if root is None:
             root, detected = cpu_cgroup_root()
@@ -91,7 +92,7 @@ class CgroupActuator(Actuator):
             version = 2 if (root / "cgroup.controllers").exists() else 1
         if version not in (1, 2):
             raise ValueError("version must be 1 or 2")
-        super().__init__(node_cpus or float(os.cpu_count() or 1), period_us)
+        super().__init__(node_cpus or float(os.cpu_count() or 1), period_us, min_step)
         self.root = root
         self.version = version
         self._paths: dict[str, Path] = {}

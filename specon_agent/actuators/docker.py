@@ -39,6 +39,7 @@ class DockerActuator(Actuator):
         client: docker.DockerClient | None = None,
         node_cpus: float | None = None,
         period_us: int = DEFAULT_PERIOD_US,
+        min_step: float = 0.0,
     ) -> None:
         try:
             self.client = client if client is not None else docker.from_env()
@@ -46,7 +47,7 @@ class DockerActuator(Actuator):
                 node_cpus = float(self.client.info()["NCPU"])
         except (docker.errors.DockerException, requests.RequestException) as exc:
             raise ActuatorUnavailable("-", f"no Docker Engine answers: {exc}") from exc
-        super().__init__(node_cpus, period_us)
+        super().__init__(node_cpus, period_us, min_step)
         self._nano: set[str] = set()
 
     def _inspect(self, container_id: str) -> dict[str, Any]:

@@ -157,6 +157,10 @@ def test_cgroup_skip_floor_period_and_restore(
     assert change is not None and change.before.quota_us is None
     assert actuator.read(cid) == CpuLimit(10_000, 50_000)  # 0.2 cores at a 50 ms period
     assert actuator.apply(cid, 0.2 / n) is None  # unchanged: no write
+    hesitant = CgroupActuator(period_us=50_000, min_step=0.1)
+    assert hesitant.apply(cid, 0.21 / n) is None  # a 5% move is below the 10% step
+    assert hesitant.apply(cid, 0.25 / n) is not None
+    assert actuator.read(cid) == CpuLimit(12_500, 50_000)
     assert actuator.restore_all() == {}
     assert actuator.read(cid).quota_us is None
     assert actuator.changed == frozenset()
