@@ -79,3 +79,8 @@ class ManagerSettings(BaseSettings):
     identity: str = ""
     lease_duration_s: Positive = 15.0
     renew_period_s: Positive = 5.0
+
+    # -- fault injection (tests only) ---------------------------------------------------------
+    #: Exit the process at once (status 137, like SIGKILL) right after a migration records
+    #: this phase: how the tests kill the manager at each state. Never set in production.
+    fault_exit_after_phase: str = ""

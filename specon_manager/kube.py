@@ -1,0 +1,161 @@
+"""A small Kubernetes REST client (httpx, JSON dicts): the manager's only door to the API.
+
+Objects are the API's own JSON (camelCase keys), the same shape the extender receives, so one
+set of helpers reads both. Configured from a kubeconfig (token or client certificate) or from
+the pod's service account."""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class KubeError(Exception):
+    """The API server refused a request: ``status`` is the HTTP status, ``reason`` its reason."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+
+
+def _data_file(data: str, suffix: str) -> str:
+    f = tempfile.NamedTemporaryFile("wb", suffix=suffix, delete=False)  # noqa: SIM115
+    with f:
+        f.write(base64.b64decode(data))
+    return f.name
+
+
+class Kube:
+    def __init__(self, server: str, token: str | None = None, ca_file: str | None = None,
+                 cert: tuple[str, str] | None = None, timeout: float = 15.0) -> None:
+        ctx = ssl.create_default_context(cafile=ca_file) if ca_file else True
+        if cert is not None and isinstance(ctx, ssl.SSLContext):
+            ctx.load_cert_chain(*cert)
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.server = server.rstrip("/")
+        self._http = httpx.Client(base_url=self.server, verify=ctx, headers=headers,
+                                  timeout=timeout)
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_kubeconfig(cls, path: Path | str) -> Kube:
+        doc = yaml.safe_load(Path(path).read_text())
+        ctx_name = doc.get("current-context")
+        ctx = next(c["context"] for c in doc["contexts"] if c["name"] == ctx_name)
+        cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
+        user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"])
+        ca = cluster.get("certificate-authority")
+        if cluster.get("certificate-authority-data"):
+            ca = _data_file(cluster["certificate-authority-data"], ".crt")
+        cert = None
+        if user.get("client-certificate-data"):
+            cert = (_data_file(user["client-certificate-data"], ".crt"),
+                    _data_file(user["client-key-data"], ".key"))
+        elif user.get("client-certificate"):
+            cert = (user["client-certificate"], user["client-key"])
+        return cls(cluster["server"], token=user.get("token"), ca_file=ca, cert=cert)
+
+    @classmethod
+    def in_cluster(cls) -> Kube:
+        host = os.environ["KUBERNETES_SERVICE_HOST"]
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        token = (SA_DIR / "token").read_text().strip()
+        return cls(f"https://{host}:{port}", token=token, ca_file=str(SA_DIR / "ca.crt"))
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- verbs ---------------------------------------------------------------------------------
+    def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None,
+              params: dict[str, str] | None = None) -> Any:
+        headers = {"Content-Type": content_type} if content_type else {}
+        resp = self._http.request(method, path, json=body, headers=headers, params=params)
+        if resp.status_code >= 400:
+            try:
+                status = resp.json()
+                reason, message = status.get("reason", ""), status.get("message", resp.text)
+            except ValueError:
+                reason, message = "", resp.text
+            raise KubeError(resp.status_code, reason, message)
+        return resp.json() if resp.content else None
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            out: dict[str, Any] = self._call("GET", path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return out
+
+    def list(self, path: str, **params: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self._call("GET", path, params=params or None)["items"]
+        return out
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = self._call("POST", path, body)
+        return out
+
+    def patch(self, path: str, body: Any, kind: str = "merge") -> dict[str, Any]:
+        ctype = {"merge": "application/merge-patch+json",
+                 "strategic": "application/strategic-merge-patch+json",
+                 "json": "application/json-patch+json"}[kind]
+        out: dict[str, Any] = self._call("PATCH", path, body, content_type=ctype)
+        return out
+
+    def delete(self, path: str, body: dict[str, Any] | None = None) -> None:
+        try:
+            self._call("DELETE", path, body)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    def put(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = self._call("PUT", path, body)
+        return out
+
+
+def pod_path(namespace: str, name: str = "") -> str:
+    base = f"/api/v1/namespaces/{namespace}/pods"
+    return f"{base}/{name}" if name else base
+
+
+def job_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    return f"{base}/{name}" if name else base
+
+
+def meta(obj: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = obj.get("metadata") or {}
+    return out
+
+
+def annotations_of(obj: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = meta(obj).get("annotations") or {}
+    return out
+
+
+def labels_of(obj: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = meta(obj).get("labels") or {}
+    return out
+
+
+def controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
+    for ref in meta(obj).get("ownerReferences") or ():
+        if ref.get("controller"):
+            out: dict[str, Any] = ref
+            return out
+    return None

@@ -1,0 +1,85 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, as client-go does it: the holder renews
+``renewTime``; another replica takes over once the record has not changed for a whole lease
+duration by its own clock (never by comparing clocks across machines)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from specon_manager.kube import Kube, KubeError
+
+log = logging.getLogger(__name__)
+
+
+def _micro_time(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseElector:
+    def __init__(self, kube: Kube, namespace: str, name: str, identity: str,
+                 duration_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube = kube
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.duration_s = duration_s
+        self.clock = clock
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+
+    def _spec(self, transitions: int) -> dict[str, Any]:
+        now = _micro_time(time.time())
+        return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration_s),
+                "acquireTime": now, "renewTime": now, "leaseTransitions": transitions}
+
+    def try_acquire_or_renew(self) -> bool:
+        """True when this replica holds the Lease after the call."""
+        lease = self.kube.get(self.path)
+        if lease is None:
+            try:
+                self.kube.create(self.path.rsplit("/", 1)[0], {
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": self._spec(0)})
+                return True
+            except KubeError as exc:
+                if exc.status == 409:
+                    return False
+                raise
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+        now = self.clock()
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        expired = now - self._observed_at > float(spec.get("leaseDurationSeconds")
+                                                   or self.duration_s)
+        if holder not in ("", self.identity) and not expired:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        new_spec = self._spec(transitions if holder == self.identity else transitions + 1)
+        if holder == self.identity:
+            new_spec["acquireTime"] = spec.get("acquireTime") or new_spec["acquireTime"]
+        lease["spec"] = new_spec
+        try:
+            self.kube.put(self.path, lease)  # resourceVersion makes this a compare-and-swap
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def release(self) -> None:
+        lease = self.kube.get(self.path)
+        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            return
+        lease["spec"]["holderIdentity"] = ""
+        try:
+            self.kube.put(self.path, lease)
+        except KubeError as exc:
+            log.warning("could not release the lease: %s", exc)

@@ -1,0 +1,534 @@
+"""The migration controller (SpeCon Algorithm 4, made safe): reserve the target, have the job
+checkpoint, wait for the verified checkpoint, evict, and see the replacement placed there.
+
+Every step is recorded in a JSON annotation (``specon.io/migration``) on the object that holds
+the job at that moment: the source pod until it is evicted, then the Job (Job-owned pods) or
+the gated replacement pod (bare pods). A restarted manager lists those records and resumes or
+rolls back each migration in flight. Phases::
+
+    reserved -> checkpointing -> evicting -> placing -> done
+                     \\-> cancelled (timeout, pod ended, eviction refused): the job stays.
+
+Safety rules: only Running pods labelled ``specon.io/migratable=true``, either bare or owned by
+a Job with ``podReplacementPolicy: Failed`` (so no second pod starts while the first one
+terminates); nothing is evicted before the job's checkpoint answers this migration's request;
+a bare pod's replacement is created (with a scheduling gate, so it cannot run) before the pod
+is evicted and ungated only once the pod is gone; one migration per node at a time; a global
+rate limit; a job is migrated at most once (and rebalanced at most once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from specon.core.categorize import Category
+from specon.core.scoring import WorkerView, choose_host
+from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
+from specon_manager.kube import (
+    Kube,
+    KubeError,
+    annotations_of,
+    controller_ref,
+    job_path,
+    labels_of,
+    meta,
+    pod_path,
+)
+from specon_manager.metrics import ManagerMetrics
+from specon_manager.settings import ManagerSettings
+from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, Reservation
+
+log = logging.getLogger(__name__)
+
+A_MIGRATION = "specon.io/migration"
+A_MIGRATED = "specon.io/migrated"
+A_MIGRATED_AT = "specon.io/migrated-at"
+A_REBALANCED = "specon.io/rebalanced"
+L_MIGRATING = "specon.io/migrating"
+GATE = "specon.io/migration"
+PHASES = ("reserved", "checkpointing", "evicting", "placing", "done", "cancelled")
+REASONS = ("converged", "rebalance")
+
+
+@dataclass(frozen=True)
+class Migration:
+    id: str
+    namespace: str
+    pod: str
+    pod_uid: str
+    source: str
+    target: str
+    kind: str  # "job" or "pod"
+    owner: str  # the Job's name ("" for a bare pod)
+    owner_uid: str
+    reason: str  # "converged" or "rebalance"
+    phase: str
+    started: float
+    deadline: float  # of the current phase
+    replacement: str = ""  # a bare pod's replacement
+    reserved: bool = True
+
+    @property
+    def key(self) -> str:
+        return f"job/{self.owner_uid}" if self.kind == "job" else f"migration/{self.id}"
+
+    def record(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_record(cls, text: str) -> Migration | None:
+        try:
+            data = json.loads(text)
+            m = cls(**data)
+        except (ValueError, TypeError):
+            return None
+        return m if m.phase in PHASES else None
+
+
+def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str) -> str | None:
+    """None when this pod may be migrated, else why not (a sentence for events and replies)."""
+    md = meta(pod)
+    if md.get("deletionTimestamp"):
+        return "the pod is terminating"
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return "the pod is not running"
+    if labels_of(pod).get(LABEL_MIGRATABLE) != "true":
+        return f"the pod did not opt in to migration (label {LABEL_MIGRATABLE}=true)"
+    ref = controller_ref(pod)
+    holder = pod
+    if ref is not None:
+        if ref.get("kind") != "Job":
+            return f"the pod is owned by a {ref.get('kind')}, which the manager cannot rely on"
+        if job is None:
+            return "the pod's Job is gone"
+        if (job.get("spec") or {}).get("podReplacementPolicy") != "Failed":
+            return ("its Job does not set podReplacementPolicy: Failed (a replacement could "
+                    "start while the pod terminates)")
+        holder = job
+    marker = A_REBALANCED if reason == "rebalance" else A_MIGRATED
+    if annotations_of(holder).get(marker):
+        return "the job was already " + ("rebalanced" if reason == "rebalance" else "migrated")
+    return None
+
+
+class MigrationController:
+    """Runs migrations; thread-safe (agents' requests and the reconcile loop both call it)."""
+
+    def __init__(self, kube: Kube, state: ClusterState, settings: ManagerSettings,
+                 metrics: ManagerMetrics, clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.state = state
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.leader = not settings.leader_election
+        self._migrations: dict[str, Migration] = {}
+        self._started: deque[float] = deque()
+        self._lock = threading.RLock()
+        self._ready = False
+        #: Test hook: called with a phase name after the record of that phase is written.
+        self.after_phase: Callable[[str], None] | None = None
+
+    # -- what the API asks -------------------------------------------------------------------
+    def ready(self) -> bool:
+        """Restored and leading: only the leader is ready, so a Service sends heartbeats and
+        extender calls to it alone (docs/manager.md)."""
+        return self._ready and self.leader
+
+    def in_flight(self) -> list[Migration]:
+        with self._lock:
+            return list(self._migrations.values())
+
+    def busy_nodes(self) -> set[str]:
+        with self._lock:
+            return {n for m in self._migrations.values() for n in (m.source, m.target)}
+
+    def reallocate(self, node: str, req: ReallocationRequest) -> ReallocationReply:
+        if not self.leader:
+            return ReallocationReply(decision="refused", reason="this replica is not the leader")
+        pod = self.kube.get(pod_path(req.namespace, req.pod))
+        if pod is None:
+            return ReallocationReply(decision="refused", reason="no such pod")
+        if (pod.get("spec") or {}).get("nodeName") != node:
+            return ReallocationReply(decision="refused",
+                                     reason=f"the pod does not run on node {node}")
+        return self.start(pod, reason="converged")
+
+    # -- starting ------------------------------------------------------------------------------
+    def _job_of(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        ref = controller_ref(pod)
+        if ref is None or ref.get("kind") != "Job":
+            return None
+        job = self.kube.get(job_path(meta(pod)["namespace"], ref["name"]))
+        if job is not None and meta(job).get("uid") != ref.get("uid"):
+            return None
+        return job
+
+    def _rate_ok(self, now: float) -> bool:
+        window = self.settings.migration_window_s
+        while self._started and now - self._started[0] > window:
+            self._started.popleft()
+        return len(self._started) < self.settings.max_migrations_per_window
+
+    def _mark(self, pod: dict[str, Any], job: dict[str, Any] | None, values: dict[str, str]) -> (
+        None
+    ):
+        if job is not None:
+            self.kube.patch(job_path(meta(job)["namespace"], meta(job)["name"]),
+                            {"metadata": {"annotations": values}})
+        else:
+            self.kube.patch(pod_path(meta(pod)["namespace"], meta(pod)["name"]),
+                            {"metadata": {"uid": meta(pod)["uid"], "annotations": values}})
+
+    def start(self, pod: dict[str, Any], reason: str = "converged", target: str | None = None) -> (
+        ReallocationReply
+    ):
+        """Start migrating ``pod`` (to ``target``, or where Algorithm 4 says)."""
+        with self._lock:
+            md = meta(pod)
+            ns, name = md["namespace"], md["name"]
+            job = self._job_of(pod)
+            why = why_not_movable(pod, job, reason)
+            if why is not None:
+                migrated = "already" in why
+                return ReallocationReply(decision="stay" if migrated else "refused", reason=why,
+                                         migrated=migrated)
+            if any(m.namespace == ns and m.pod == name for m in self._migrations.values()):
+                return ReallocationReply(decision="refused", reason="already migrating")
+            source = pod["spec"]["nodeName"]
+            busy = self.busy_nodes()
+            if source in busy:
+                return ReallocationReply(decision="refused",
+                                         reason=f"a migration is in flight on node {source}")
+            now = self.clock()
+            if target is None:
+                found = self.state.find_job(ns, name)
+                category = found[1].category if found else Category.CONVERGED
+                views = [v if v.name not in busy or v.name == source else
+                         WorkerView(v.name, v.progressing, v.watching, v.converged, v.load, False)
+                         for v in self.state.views(self.state.fresh_nodes())]
+                if source not in {v.name for v in views}:
+                    views.append(WorkerView(source, available=False))
+                choice = choose_host(views, self.state.weights, current_host=source,
+                                     category=category)
+                if choice.stay:
+                    self._mark(pod, job, {A_MIGRATED: "stayed",
+                                          A_MIGRATED_AT: f"{now:.3f}"})
+                    self.metrics.migrations.labels("stayed").inc()
+                    self._event(pod, "MigrationNotNeeded",
+                                f"{name} is best where it is (scores {dict(choice.scores)})")
+                    return ReallocationReply(decision="stay", target=source, migrated=True,
+                                             reason="the current node is among the best")
+                if choice.target is None:
+                    return ReallocationReply(decision="refused", reason="no known node can "
+                                             "take the job (nodes unknown or busy)")
+                target = choice.target
+            elif target in busy:
+                return ReallocationReply(decision="refused",
+                                         reason=f"a migration is in flight on node {target}")
+            if not self._rate_ok(now):
+                return ReallocationReply(decision="refused", reason="global migration rate limit")
+            ref = controller_ref(pod)
+            m = Migration(
+                id=uuid.uuid4().hex[:12], namespace=ns, pod=name, pod_uid=md["uid"],
+                source=source, target=target, kind="job" if job is not None else "pod",
+                owner=ref["name"] if job is not None and ref else "",
+                owner_uid=str(ref.get("uid", "")) if job is not None and ref else "",
+                reason=reason, phase="reserved", started=now,
+                deadline=now + self.settings.checkpoint_timeout_s)
+            self._write_source(m)
+            self._started.append(now)
+            self._migrations[m.id] = m
+            self.state.reserve(Reservation(m.key, m.id, target, source))
+            self.metrics.migrations_started.labels(reason).inc()
+            self.metrics.migrations_in_flight.set(len(self._migrations))
+            self._event(pod, "MigrationStarted",
+                        f"migration {m.id} ({reason}): {source} -> {target}; target reserved")
+            log.info("migration %s: %s/%s %s -> %s (%s)", m.id, ns, name, source, target, reason)
+            self._hook("reserved")
+            self._step(m)
+            return ReallocationReply(decision="migrate", target=target, migrated=True)
+
+    # -- records ---------------------------------------------------------------------------------
+    def _write_source(self, m: Migration) -> None:
+        """Record ``m`` on its source pod (uid precondition: never on a namesake)."""
+        self.kube.patch(pod_path(m.namespace, m.pod), {"metadata": {
+            "uid": m.pod_uid, "labels": {L_MIGRATING: "true"},
+            "annotations": {A_MIGRATION: m.record()}}})
+
+    def _hook(self, phase: str) -> None:
+        if self.after_phase is not None:
+            self.after_phase(phase)
+
+    def _event(self, obj: dict[str, Any], reason: str, message: str,
+               kind: str = "Pod", warning: bool = False) -> None:
+        md = meta(obj)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
+            "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": kind,
+                               "name": md["name"], "namespace": md["namespace"],
+                               "uid": md.get("uid", "")},
+            "reason": reason, "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": "specon-manager"}, "reportingComponent": "specon-manager",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            self.kube.create(f"/api/v1/namespaces/{md['namespace']}/events", body)
+        except (KubeError, OSError) as exc:  # an event is never worth failing a migration
+            log.warning("event %s on %s/%s not recorded: %s", reason, md["namespace"],
+                        md["name"], exc)
+
+    def _pod_ref(self, m: Migration) -> dict[str, Any]:
+        return {"apiVersion": "v1",
+                "metadata": {"name": m.pod, "namespace": m.namespace, "uid": m.pod_uid}}
+
+    # -- the state machine -------------------------------------------------------------------------
+    def reconcile(self) -> None:
+        """One pass over the migrations in flight."""
+        if not self.leader:
+            return
+        with self._lock:
+            for m in list(self._migrations.values()):
+                try:
+                    self._step(m)
+                except (KubeError, OSError) as exc:
+                    self.metrics.reconcile_errors.inc()
+                    log.warning("migration %s (%s): %s; retrying", m.id, m.phase, exc)
+            self.metrics.migrations_in_flight.set(len(self._migrations))
+
+    def _set(self, m: Migration, **changes: Any) -> Migration:
+        m = replace(m, **changes)
+        self._migrations[m.id] = m
+        return m
+
+    def _step(self, m: Migration) -> None:
+        now = self.clock()
+        if m.phase == "reserved":
+            self.state.request_checkpoint(m.source, CheckpointRequest(
+                namespace=m.namespace, pod=m.pod, uid=m.pod_uid, id=m.id))
+            m = self._set(m, phase="checkpointing",
+                          deadline=now + self.settings.checkpoint_timeout_s)
+            self._write_source(m)
+            self._event(self._pod_ref(m), "CheckpointRequested",
+                        f"migration {m.id}: asked the job to checkpoint (request id {m.id})")
+            self._hook("checkpointing")
+        if m.phase == "checkpointing":
+            pod = self.kube.get(pod_path(m.namespace, m.pod))
+            if (pod is None or meta(pod).get("uid") != m.pod_uid
+                    or (pod.get("status") or {}).get("phase") != "Running"):
+                self._cancel(m, "the pod ended before its checkpoint was verified")
+                return
+            found = self.state.find_job(m.namespace, m.pod)
+            ck = found[1].checkpoint if found else None
+            if ck is not None and ck.request == m.id:
+                self.metrics.checkpoint_wait_seconds.observe(max(0.0, now - m.started))
+                self._event(pod, "CheckpointVerified",
+                            f"migration {m.id}: checkpoint {ck.name} (step {ck.step}, sha256 "
+                            f"{ck.sha256[:12]}) verified")
+                m = self._set(m, phase="evicting")
+                self._write_source(m)
+                self._hook("evicting")
+            elif now > m.deadline:
+                self._cancel(m, f"no verified checkpoint within "
+                                f"{self.settings.checkpoint_timeout_s:.0f} s")
+                return
+            else:
+                return
+        if m.phase == "evicting":
+            self._evict(m, now)
+            return
+        if m.phase == "placing":
+            self._place(m, now)
+
+    def _evict(self, m: Migration, now: float) -> None:
+        placing = replace(m, phase="placing", deadline=now + self.settings.placement_timeout_s)
+        marker = A_REBALANCED if m.reason == "rebalance" else A_MIGRATED
+        # The record that outlives the pod comes first.
+        if m.kind == "job":
+            self.kube.patch(job_path(m.namespace, m.owner), {"metadata": {
+                "uid": m.owner_uid, "labels": {L_MIGRATING: "true"},
+                "annotations": {A_MIGRATION: placing.record(), marker: m.id,
+                                A_MIGRATED_AT: f"{now:.3f}"}}})
+        else:
+            placing = replace(placing, replacement=self._replacement_name(m))
+            self._create_replacement(placing, marker, now)
+        self._hook("evicting-recorded")
+        try:
+            self.kube.create(pod_path(m.namespace, m.pod) + "/eviction", {
+                "apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": m.pod, "namespace": m.namespace},
+                "deleteOptions": {"preconditions": {"uid": m.pod_uid}}})
+        except KubeError as exc:
+            if exc.status == 429 or exc.status == 409:
+                self._undo_record(placing)
+                self._cancel(m, f"eviction refused: {exc}")
+                return
+            if exc.status != 404:
+                raise
+        self.state.withdraw_checkpoint(m.source, m.namespace, m.pod)
+        self._set(placing)
+        self._event(self._pod_ref(m), "MigrationEvicted",
+                    f"migration {m.id}: evicted after a verified checkpoint; the replacement "
+                    f"goes to {m.target}")
+        self._hook("placing")
+        self._place(placing, now)
+
+    def _replacement_name(self, m: Migration) -> str:
+        return f"{m.pod[:240]}-m{m.id[:6]}"
+
+    def _create_replacement(self, m: Migration, marker: str, now: float) -> None:
+        src = self.kube.get(pod_path(m.namespace, m.pod))
+        if src is None or meta(src).get("uid") != m.pod_uid:
+            if self.kube.get(pod_path(m.namespace, m.replacement)) is not None:
+                return  # made before a restart
+            raise KubeError(410, "Gone", "the source pod vanished before its replacement was "
+                                         "created")
+        md = meta(src)
+        ann = {k: v for k, v in (md.get("annotations") or {}).items()
+               if not k.startswith("specon.io/")}
+        ann.update({A_MIGRATION: m.record(), ANNOTATION_MIGRATION_ID: m.id, marker: m.id,
+                    A_MIGRATED_AT: f"{now:.3f}"})
+        spec = dict(src["spec"])
+        spec.pop("nodeName", None)
+        spec["schedulingGates"] = [{"name": GATE}]
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": m.replacement, "namespace": m.namespace,
+            "labels": {**(md.get("labels") or {}), L_MIGRATING: "true"}, "annotations": ann},
+            "spec": spec}
+        try:
+            self.kube.create(pod_path(m.namespace), body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+
+    def _undo_record(self, m: Migration) -> None:
+        if m.kind == "job":
+            self.kube.patch(job_path(m.namespace, m.owner), {"metadata": {
+                "labels": {L_MIGRATING: None},
+                "annotations": {A_MIGRATION: None, A_MIGRATED: None, A_REBALANCED: None}}})
+        else:
+            # Still gated: it never ran.
+            self.kube.delete(pod_path(m.namespace, m.replacement))
+
+    def _place(self, m: Migration, now: float) -> None:
+        src = self.kube.get(pod_path(m.namespace, m.pod))
+        gone = src is None or meta(src).get("uid") != m.pod_uid
+        if not gone:
+            return
+        self.state.source_gone(m.key)
+        if m.kind == "pod":
+            rep = self.kube.get(pod_path(m.namespace, m.replacement))
+            if rep is None:
+                self._finish(m, None, "the replacement pod was deleted")
+                return
+            if (rep.get("spec") or {}).get("schedulingGates"):
+                self.kube.patch(pod_path(m.namespace, m.replacement),
+                                {"spec": {"schedulingGates": None}})
+                self._hook("ungated")
+            candidates = [rep]
+        else:
+            candidates = [p for p in self.kube.list(
+                pod_path(m.namespace), labelSelector=f"batch.kubernetes.io/controller-uid="
+                                                    f"{m.owner_uid}")
+                if meta(p).get("uid") != m.pod_uid and not meta(p).get("deletionTimestamp")]
+            if not candidates and self.kube.get(job_path(m.namespace, m.owner)) is None:
+                self._finish(m, None, "the Job was deleted")
+                return
+        bound = [p for p in candidates if (p.get("spec") or {}).get("nodeName")]
+        if bound:
+            self._finish(m, bound[0], "")
+            return
+        if m.reserved and now > m.deadline:
+            # The target cannot take it: let the scheduler place it anywhere (never lost).
+            self.state.release(m.key)
+            self._set(m, reserved=False)
+            self._event(self._pod_ref(m), "MigrationReservationLifted",
+                        f"migration {m.id}: not placed on {m.target} within "
+                        f"{self.settings.placement_timeout_s:.0f} s; placing it anywhere",
+                        warning=True)
+
+    def _finish(self, m: Migration, placed: dict[str, Any] | None, problem: str) -> None:
+        self.state.release(m.key)
+        self._migrations.pop(m.id, None)
+        node = (placed or {}).get("spec", {}).get("nodeName")
+        done = replace(m, phase="done")
+        holder = job_path(m.namespace, m.owner) if m.kind == "job" else pod_path(
+            m.namespace, m.replacement)
+        try:
+            self.kube.patch(holder, {"metadata": {"labels": {L_MIGRATING: None},
+                                                  "annotations": {A_MIGRATION: done.record()}}})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+        result = "completed" if node == m.target else "failed" if placed is None else "elsewhere"
+        self.metrics.migrations.labels(result).inc()
+        if result == "completed":
+            self.metrics.migration_seconds.observe(max(0.0, self.clock() - m.started))
+        target = placed if placed is not None else self._pod_ref(m)
+        self._event(target, "MigrationCompleted" if placed else "MigrationFailed",
+                    f"migration {m.id}: replacement {meta(target)['name']} placed on {node}"
+                    if placed else f"migration {m.id}: {problem}", warning=placed is None)
+        log.info("migration %s %s (%s)", m.id, result, node or problem)
+        self.metrics.migrations_in_flight.set(len(self._migrations))
+
+    def _cancel(self, m: Migration, why: str) -> None:
+        self.state.withdraw_checkpoint(m.source, m.namespace, m.pod)
+        self.state.release(m.key)
+        self._migrations.pop(m.id, None)
+        marker = A_REBALANCED if m.reason == "rebalance" else A_MIGRATED
+        try:
+            body: dict[str, Any] = {"labels": {L_MIGRATING: None},
+                                    "annotations": {A_MIGRATION: None}}
+            holder = self.kube.get(job_path(m.namespace, m.owner)) if m.kind == "job" else None
+            self.kube.patch(pod_path(m.namespace, m.pod),
+                            {"metadata": {"uid": m.pod_uid, **body}})
+            # At most one attempt per job: it stays where it is from now on.
+            pod = {"metadata": {"name": m.pod, "namespace": m.namespace, "uid": m.pod_uid}}
+            self._mark(pod, holder, {marker: "cancelled"})
+        except KubeError as exc:
+            if exc.status not in (404, 409, 422):
+                raise
+        self.metrics.migrations.labels("cancelled").inc()
+        self._event(self._pod_ref(m), "MigrationCancelled",
+                    f"migration {m.id}: {why}; the job keeps running on {m.source}",
+                    warning=True)
+        log.info("migration %s cancelled: %s", m.id, why)
+        self.metrics.migrations_in_flight.set(len(self._migrations))
+
+    # -- restart -------------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Rebuild the migrations in flight from their records (after a restart or on becoming
+        the leader)."""
+        with self._lock:
+            found: dict[str, Migration] = {}
+            objs = self.kube.list("/api/v1/pods", labelSelector=f"{L_MIGRATING}=true")
+            objs += self.kube.list("/apis/batch/v1/jobs", labelSelector=f"{L_MIGRATING}=true")
+            for obj in objs:
+                m = Migration.from_record(annotations_of(obj).get(A_MIGRATION, ""))
+                if m is None or m.phase in ("done", "cancelled"):
+                    continue
+                old = found.get(m.id)
+                if old is None or PHASES.index(m.phase) > PHASES.index(old.phase):
+                    found[m.id] = m
+            self._migrations = found
+            self._started = deque(sorted(m.started for m in found.values()))
+            for m in found.values():
+                if m.reserved:
+                    self.state.reserve(Reservation(m.key, m.id, m.target, m.source))
+                if m.phase == "checkpointing":
+                    self.state.request_checkpoint(m.source, CheckpointRequest(
+                        namespace=m.namespace, pod=m.pod, uid=m.pod_uid, id=m.id))
+                log.info("migration %s restored in phase %s", m.id, m.phase)
+            self.metrics.migrations_in_flight.set(len(found))
+            self._ready = True

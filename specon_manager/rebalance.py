@@ -1,0 +1,96 @@
+"""The rebalancer (SpeCon Algorithm 5) on a period: when every job is converged, move the most
+recently converged job onto an idle or under-loaded worker, through the migration controller
+(so every safety rule and cap applies).
+
+A job counts as converged-and-marked from the moment it was marked migrated (annotation
+``specon.io/migrated-at``) or, when its agent never asked to move it (it was alone with its
+converged peers), from the first heartbeat that reported it converged."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from specon.core.categorize import Category
+from specon.core.rebalance import Move, PlacedJob, plan_rebalance
+from specon.wire import LABEL_MIGRATABLE
+from specon_manager.kube import Kube, annotations_of, controller_ref, meta
+from specon_manager.metrics import ManagerMetrics
+from specon_manager.migration import (
+    A_MIGRATED_AT,
+    A_REBALANCED,
+    MigrationController,
+    why_not_movable,
+)
+from specon_manager.settings import ManagerSettings
+from specon_manager.state import ClusterState, pod_key
+
+log = logging.getLogger(__name__)
+
+
+class Rebalancer:
+    def __init__(self, kube: Kube, state: ClusterState, controller: MigrationController,
+                 settings: ManagerSettings, metrics: ManagerMetrics,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.state = state
+        self.controller = controller
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self._converged_since: dict[str, float] = {}
+
+    def run_once(self) -> list[Move]:
+        """One round; returns the moves that were started."""
+        if not self.controller.leader or self.controller.in_flight():
+            return []
+        self.metrics.rebalance_rounds.inc()
+        now = self.clock()
+        reported = self.state.jobs()
+        workers = self.state.fresh_nodes()
+        seen = set()
+        for _, j in reported:
+            key = pod_key(j.namespace, j.pod)
+            seen.add(key)
+            if j.category is Category.CONVERGED or j.migrated:
+                self._converged_since.setdefault(key, now)
+            else:
+                self._converged_since.pop(key, None)
+        for key in set(self._converged_since) - seen:
+            del self._converged_since[key]
+        pods = {pod_key(meta(p)["namespace"], meta(p)["name"]): p for p in self.kube.list(
+            "/api/v1/pods", labelSelector=f"{LABEL_MIGRATABLE}=true")}
+        jobs: dict[str, dict[str, Any]] = {}
+        if any(controller_ref(p) for p in pods.values()):
+            jobs = {f"{meta(j)['namespace']}/{meta(j)['name']}": j
+                    for j in self.kube.list("/apis/batch/v1/jobs")}
+        placed: list[PlacedJob] = []
+        for node, j in reported:
+            key = pod_key(j.namespace, j.pod)
+            pod = pods.get(key)
+            job = None
+            if pod is not None and (ref := controller_ref(pod)) is not None:
+                job = jobs.get(f"{j.namespace}/{ref.get('name')}")
+            holder = job if job is not None else pod
+            marks = annotations_of(holder) if holder is not None else {}
+            at: float | None = self._converged_since.get(key)
+            try:
+                if A_MIGRATED_AT in marks:
+                    at = float(marks[A_MIGRATED_AT])
+            except ValueError:
+                pass
+            movable = pod is not None and why_not_movable(pod, job, "rebalance") is None
+            placed.append(PlacedJob(key, node, at, bool(marks.get(A_REBALANCED)), movable))
+        moves = plan_rebalance(placed, workers, now, self.settings.min_balance)
+        started: list[Move] = []
+        for mv in moves:
+            reply = self.controller.start(pods[mv.job], reason="rebalance", target=mv.target)
+            outcome = "started" if reply.decision == "migrate" else "refused"
+            self.metrics.rebalance_moves.labels(outcome).inc()
+            log.info("rebalance %s: %s -> %s: %s %s", mv.job, mv.source, mv.target, outcome,
+                     reply.reason)
+            if outcome == "started":
+                started.append(mv)
+        return started

@@ -1,0 +1,162 @@
+"""Wires the manager together: state, API, Kubernetes client, migration controller, rebalancer
+and leader election, with the background loop that drives them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from fastapi import FastAPI
+
+from specon.core.scoring import Weights
+from specon_manager.app import create_app
+from specon_manager.kube import Kube, KubeError
+from specon_manager.leader import LeaseElector
+from specon_manager.metrics import ManagerMetrics
+from specon_manager.migration import MigrationController
+from specon_manager.rebalance import Rebalancer
+from specon_manager.settings import ManagerSettings
+from specon_manager.state import ClusterState
+
+log = logging.getLogger(__name__)
+
+
+class NodeCache:
+    """The cluster's node names, refreshed in the background; ``exists`` says None while the
+    list is unknown, so that a heartbeat is never refused for want of an answer."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._names: frozenset[str] | None = None
+
+    def refresh(self) -> None:
+        self._names = frozenset(n["metadata"]["name"] for n in self.kube.list("/api/v1/nodes"))
+
+    def exists(self, name: str) -> bool | None:
+        if self._names is None:
+            return None
+        if name in self._names:
+            return True
+        try:  # a node added since the last refresh
+            self.refresh()
+        except (KubeError, OSError):
+            return None
+        return name in self._names
+
+
+class Service:
+    """The background loop: leader election, restore, reconcile, rebalance, node cache."""
+
+    def __init__(self, settings: ManagerSettings, state: ClusterState, metrics: ManagerMetrics,
+                 kube: Kube | None) -> None:
+        self.settings = settings
+        self.state = state
+        self.metrics = metrics
+        self.kube = kube
+        self.controller: MigrationController | None = None
+        self.rebalancer: Rebalancer | None = None
+        self.elector: LeaseElector | None = None
+        self.nodes: NodeCache | None = None
+        if kube is not None:
+            self.nodes = NodeCache(kube)
+            if settings.migration:
+                self.controller = MigrationController(kube, state, settings, metrics)
+                if settings.fault_exit_after_phase:
+                    self.controller.after_phase = _fault_exit(settings.fault_exit_after_phase)
+                if settings.rebalance:
+                    self.rebalancer = Rebalancer(kube, state, self.controller, settings, metrics)
+            if settings.leader_election:
+                identity = settings.identity or os.environ.get("POD_NAME") or (
+                    f"{socket.gethostname()}-{os.getpid()}")
+                self.elector = LeaseElector(kube, settings.lease_namespace, settings.lease_name,
+                                            identity, settings.lease_duration_s)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.kube is None:
+            return
+        self._thread = threading.Thread(target=self._run, name="specon-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        if self.elector is not None and self.kube is not None:
+            try:
+                self.elector.release()
+            except (KubeError, OSError) as exc:
+                log.warning("lease not released: %s", exc)
+
+    def _leads(self) -> bool:
+        if self.elector is None:
+            return True
+        try:
+            return self.elector.try_acquire_or_renew()
+        except (KubeError, OSError) as exc:
+            log.warning("leader election: %s", exc)
+            return False
+
+    def _run(self) -> None:
+        s = self.settings
+        period = min(s.reconcile_period_s, s.renew_period_s if self.elector else 1e9)
+        last_nodes = last_rebalance = last_renew = 0.0
+        leading = False
+        while not self._stop.is_set():
+            now = time.monotonic()
+            try:
+                if self.nodes is not None and now - last_nodes > 30:
+                    self.nodes.refresh()
+                    last_nodes = now
+                if self.elector is None or now - last_renew >= s.renew_period_s or not leading:
+                    was, leading = leading, self._leads()
+                    last_renew = now
+                    self.metrics.leader.set(1 if leading else 0)
+                    if leading != was:
+                        log.info("leader: %s", "acquired" if leading else "lost")
+                    if self.controller is not None:
+                        self.controller.leader = leading
+                        if leading and not was:
+                            self.controller.restore()
+                if leading and self.controller is not None:
+                    self.controller.reconcile()
+                if (leading and self.rebalancer is not None
+                        and now - last_rebalance >= s.rebalance_period_s):
+                    last_rebalance = now
+                    self.rebalancer.run_once()
+            except (KubeError, OSError) as exc:
+                log.warning("controller loop: %s", exc)
+            self._stop.wait(period)
+
+
+def _fault_exit(phase: str) -> Any:
+    def hook(reached: str) -> None:
+        if reached == phase:
+            log.warning("fault injection: exiting after phase %s", phase)
+            logging.shutdown()
+            os._exit(137)
+
+    return hook
+
+
+def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI, Service]:
+    """The app and its background service, from settings."""
+    state = ClusterState(
+        stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
+        weights=Weights(settings.weight_progressing, settings.weight_watching,
+                        settings.weight_converged))
+    metrics = ManagerMetrics()
+    if kube is None and settings.kubernetes:
+        kube = (Kube.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig
+                else Kube.in_cluster())
+    service = Service(settings, state, metrics, kube)
+    node_exists: Any = service.nodes.exists if service.nodes is not None else None
+    app = create_app(settings, state=state, controller=service.controller,
+                     node_exists=node_exists, metrics=metrics)
+    app.state.service = service
+    return app, service
