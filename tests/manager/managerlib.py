@@ -14,9 +14,9 @@ from planelib import free_port
 
 
 @contextmanager
-def serve(app: Any) -> Iterator[str]:
+def serve(app: Any, port: int | None = None) -> Iterator[str]:
     """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; yields its base URL."""
-    port = free_port()
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
