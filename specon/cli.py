@@ -80,12 +80,17 @@ def _target(target: str) -> tuple[str, object]:
     return path.stem, (lambda seed, _wl=wl: _wl)
 
 
-def _config(alpha: float | None, interval: float | None, timeline: bool) -> SimConfig:
+def _config(
+    alpha: float | None, interval: float | None, beta: float | None, timeline: bool
+) -> SimConfig:
     base = SimConfig()
+    if beta is not None and not (math.isfinite(beta) and beta >= 1):
+        raise UsageError(f"--beta: must be a number >= 1, got {beta}")
     try:
         return SimConfig(
             alpha=base.alpha if alpha is None else alpha,
             interval_s=base.interval_s if interval is None else interval,
+            flowcon_beta=base.flowcon_beta if beta is None else beta,
             record_timeline=timeline,
         )
     except ValueError as exc:
@@ -164,6 +169,8 @@ def simulate(
         help="Threshold: normalised loss progress per minute (default 0.05).")] = None,
     interval: Annotated[float | None, typer.Option(
         help="Categorisation / FlowCon interval in seconds (default 30).")] = None,
+    beta: Annotated[float | None, typer.Option(
+        help="FlowCon floor factor: a limit never goes below 1/(beta*n) (default 1).")] = None,
     out: Annotated[Path | None, typer.Option(help="Output folder (default results/NAME).")
                    ] = None,
     sweep: Annotated[str | None, typer.Option(
@@ -182,7 +189,7 @@ def simulate(
         grid = parse_sweep(sweep)
         run_sweep(name, build, pols, seed_list, grid, out_dir, console, _progress())  # type: ignore[arg-type]
         return
-    cfg = _config(alpha, interval, timeline=plots)
+    cfg = _config(alpha, interval, beta, timeline=plots)
     with _progress() as prog:
         task = prog.add_task(f"simulating {name}", total=len(pols) * len(seed_list))
         mx = run_matrix(name, build, pols, seed_list, cfg,  # type: ignore[arg-type]

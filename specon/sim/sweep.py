@@ -17,7 +17,7 @@ from specon.sim.model import SimConfig
 from specon.sim.runner import Matrix, run_matrix
 from specon.workload.models import Workload
 
-SWEEPABLE = {"alpha": "alpha", "interval": "interval_s"}
+SWEEPABLE = {"alpha": "alpha", "interval": "interval_s", "beta": "flowcon_beta"}
 
 
 def parse_sweep(text: str) -> dict[str, list[float]]:
@@ -30,13 +30,15 @@ def parse_sweep(text: str) -> dict[str, list[float]]:
             raise UsageError(f"--sweep: {part!r} is not NAME=V1,V2,...")
         key, values = part.split("=", 1)
         if key not in SWEEPABLE:
-            raise UsageError(f"--sweep: unknown parameter {key!r} (known: alpha, interval)")
+            raise UsageError(f"--sweep: unknown parameter {key!r} (known: alpha, interval, beta)")
         try:
             vals = [float(v) for v in values.split(",") if v]
         except ValueError:
             raise UsageError(f"--sweep: {key} values must be numbers, got {values!r}") from None
         if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
             raise UsageError(f"--sweep: {key} needs positive numbers, got {values!r}")
+        if key == "beta" and any(v < 1 for v in vals):
+            raise UsageError(f"--sweep: beta must be >= 1, got {values!r}")
         grid[key] = vals
     if not grid:
         raise UsageError("--sweep: give at least one of alpha=..., interval=...")

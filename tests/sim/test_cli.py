@@ -56,7 +56,8 @@ def test_simulate_writes_result_and_plots(workload_file: Path, tmp_path: Path):
         (["simulate", "paper-30", "--interval", "0"], "--interval"),
         (["simulate", "paper-30", "--seeds", "x"], "--seeds"),
         (["simulate", "paper-30", "--policies", "fifo"], "unknown policy 'fifo'"),
-        (["simulate", "paper-30", "--sweep", "beta=1"], "unknown parameter 'beta'"),
+        (["simulate", "paper-30", "--sweep", "gamma=1"], "unknown parameter 'gamma'"),
+        (["simulate", "paper-30", "--beta", "0.5"], "--beta"),
         (["simulate", "--bogus-flag"], "No such option"),
     ],
 )
