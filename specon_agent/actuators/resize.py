@@ -1,0 +1,170 @@
+"""Kubernetes in-place pod resize: sets a container's CPU limit through the pod's ``resize``
+subresource (beta and on by default since 1.33), so the API knows the limit the agent chose.
+
+A container is addressed by its runtime ID, mapped to (namespace, pod, container) with
+:meth:`ResizeActuator.register` (discovery knows all three). After each write the pod's status
+is read back: ``PodResizePending`` with reason ``Infeasible`` is a failure; ``Deferred`` and
+``PodResizeInProgress`` are reported in the log. A cluster without resize support (no
+subresource, or a node that cannot resize) makes the actuator unavailable with one clear log
+line; the agent then keeps the limits as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .base import (
+    DEFAULT_PERIOD_US,
+    Actuator,
+    ActuatorError,
+    ActuatorUnavailable,
+    ContainerGone,
+    CpuLimit,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PodContainer:
+    namespace: str
+    pod: str
+    container: str
+
+
+def parse_cpu(quantity: str | int | float) -> float:
+    """Cores from a Kubernetes CPU quantity ("1500m", "2", "0.5")."""
+    text = str(quantity).strip()
+    if text.endswith("m"):
+        return float(text[:-1]) / 1000
+    return float(text)
+
+
+def millicores(limit: CpuLimit) -> str:
+    cores = limit.cores or 0.0
+    return f"{max(1, round(cores * 1000))}m"
+
+
+class ResizeActuator(Actuator):
+    name = "resize"
+
+    def __init__(self, node_cpus: float, server: str, token: str | None = None,
+                 ca_file: str | None = None, period_us: int = DEFAULT_PERIOD_US,
+                 set_requests: bool = False, timeout: float = 10.0) -> None:
+        super().__init__(node_cpus, period_us)
+        verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=ca_file)
+                                         if ca_file else True)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=server.rstrip("/"), verify=verify, headers=headers,
+                                  timeout=timeout)
+        self.set_requests = set_requests
+        self._where: dict[str, PodContainer] = {}
+        self.unsupported: str | None = None
+
+    def register(self, container_id: str, namespace: str, pod: str, container: str) -> None:
+        self._where[container_id] = PodContainer(namespace, pod, container)
+
+    def forget(self, container_id: str) -> None:
+        super().forget(container_id)
+        self._where.pop(container_id, None)
+
+    def _path(self, where: PodContainer) -> str:
+        return f"/api/v1/namespaces/{where.namespace}/pods/{where.pod}"
+
+    def _locate(self, container_id: str) -> PodContainer:
+        where = self._where.get(container_id)
+        if where is None:
+            raise ContainerGone(container_id, "not registered with the resize actuator")
+        return where
+
+    def _pod(self, container_id: str) -> dict[str, Any]:
+        where = self._locate(container_id)
+        try:
+            r = self._http.get(self._path(where))
+        except httpx.HTTPError as exc:
+            raise ActuatorError(container_id, f"API server unreachable: {exc}") from exc
+        if r.status_code == 404:
+            raise ContainerGone(container_id, f"pod {where.namespace}/{where.pod} is gone")
+        if r.status_code >= 400:
+            raise ActuatorError(container_id, f"reading the pod: {r.status_code} {r.text[:200]}")
+        pod: dict[str, Any] = r.json()
+        return pod
+
+    def _container(self, pod: dict[str, Any], container_id: str) -> dict[str, Any]:
+        name = self._locate(container_id).container
+        for c in pod.get("spec", {}).get("containers", []):
+            if c.get("name") == name:
+                out: dict[str, Any] = c
+                return out
+        raise ContainerGone(container_id, f"no container {name!r} in the pod")
+
+    def read(self, container_id: str) -> CpuLimit:
+        c = self._container(self._pod(container_id), container_id)
+        cpu = ((c.get("resources") or {}).get("limits") or {}).get("cpu")
+        if cpu is None:
+            return CpuLimit(None, self.period_us)
+        return CpuLimit(round(parse_cpu(cpu) * self.period_us), self.period_us)
+
+    def _write(self, container_id: str, before: CpuLimit, after: CpuLimit) -> None:
+        if self.unsupported:
+            raise ActuatorUnavailable(container_id, self.unsupported)
+        where = self._locate(container_id)
+        pod = self._pod(container_id)
+        resources: dict[str, Any] = {"limits": {"cpu": millicores(after)}}
+        requested = ((self._container(pod, container_id).get("resources") or {})
+                     .get("requests") or {}).get("cpu")
+        # A request above the new limit is refused by validation: lower it with the limit.
+        if self.set_requests or (requested is not None
+                                 and parse_cpu(requested) > (after.cores or 0.0)):
+            resources["requests"] = {"cpu": millicores(after)}
+        body = {"spec": {"containers": [{"name": where.container, "resources": resources}]}}
+        try:
+            r = self._http.patch(self._path(where) + "/resize", json=body, headers={
+                "Content-Type": "application/strategic-merge-patch+json"})
+        except httpx.HTTPError as exc:
+            raise ActuatorError(container_id, f"API server unreachable: {exc}") from exc
+        # The pod was just read, so a 404 that does not name it is a missing subresource.
+        pod_gone = r.status_code == 404 and f'"{where.pod}" not found' in r.text
+        if (r.status_code == 404 and not pod_gone) or r.status_code == 405 or (
+                r.status_code == 422 and "without support for resize" in r.text):
+            self.unsupported = (f"in-place pod resize is not supported here ({r.status_code}: "
+                                f"{r.text[:160]}); CPU limits stay as they are: use the docker "
+                                "or cgroup actuator on this node")
+            log.error("%s", self.unsupported)
+            raise ActuatorUnavailable(container_id, self.unsupported)
+        if pod_gone:
+            raise ContainerGone(container_id, f"pod {where.namespace}/{where.pod} is gone")
+        if r.status_code >= 400:
+            raise ActuatorError(container_id, f"resize refused: {r.status_code} {r.text[:300]}")
+        self._check_status(container_id, r.json())
+
+    def _check_status(self, container_id: str, pod: dict[str, Any]) -> None:
+        for cond in (pod.get("status") or {}).get("conditions") or ():
+            if cond.get("type") == "PodResizePending" and cond.get("status") == "True":
+                if cond.get("reason") == "Infeasible":
+                    raise ActuatorError(container_id, "resize infeasible on this node: "
+                                                      f"{cond.get('message', '')}")
+                log.info("resize of %s deferred by the kubelet: %s", container_id,
+                         cond.get("message", ""))
+            elif cond.get("type") == "PodResizeInProgress" and cond.get("status") == "True":
+                log.info("resize of %s in progress", container_id)
+
+    def applied(self, container_id: str) -> CpuLimit | None:
+        """The limit the kubelet reports as applied (``status.containerStatuses[].resources``),
+        or None when it reports none."""
+        pod = self._pod(container_id)
+        name = self._locate(container_id).container
+        for st in (pod.get("status") or {}).get("containerStatuses") or ():
+            if st.get("name") == name:
+                cpu = ((st.get("resources") or {}).get("limits") or {}).get("cpu")
+                if cpu is not None:
+                    return CpuLimit(round(parse_cpu(cpu) * self.period_us), self.period_us)
+        return None
+
+    def close(self) -> None:
+        self._http.close()
