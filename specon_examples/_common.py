@@ -59,12 +59,22 @@ def run(
 ) -> None:
     """Parse arguments, build the job under the seed, resume if a checkpoint exists, train."""
     args = parse_args(description, iterations, argv)
+    # Debian's torch runs OpenMP next to OpenBLAS's own threads; OpenMP's default busy-wait
+    # then starves the BLAS threads of a small machine (docs/examples.md). Must be set
+    # before torch loads; a value from the environment wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)
     random.seed(args.seed)
     torch.manual_seed(args.seed)
+    try:
+        import numpy
+
+        numpy.random.seed(args.seed)
+    except ImportError:
+        pass
     job = build()
     total = args.iterations
     log_every = args.log_every or max(1, total // 200)
