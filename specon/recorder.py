@@ -234,6 +234,35 @@ def timing_sample(command: Sequence[str], cpus: Sequence[int], workdir: Path, ta
     return sample
 
 
+@dataclass
+class Reference:
+    """The full run on one core: the loss curve and the whole-run speed."""
+
+    losses: list[float]
+    iterations: int
+    seconds_per_iteration: float | None
+    finished: Finished
+    dropped: int
+
+
+def reference_run(command: Sequence[str], cpu: int, workdir: Path,
+                  timeout: float = 1800.0) -> Reference:
+    """Run the job to completion pinned to one CPU and read its progress records."""
+    job = Job(command, [cpu], workdir, workdir / "ckpt-ref", "ref")
+    done = job.wait(timeout)
+    if done.returncode != 0:
+        raise RecordError(f"the job exited with {done.returncode}:\n{job.tail()}")
+    progress = job.progress.progress()
+    if not progress:
+        raise RecordError(
+            f"the job reported no progress records to ${ENV_PROGRESS_FILE} "
+            "(see docs/training-contract.md)"
+        )
+    losses = [float(r["loss"]) for r in progress if isinstance(r.get("loss"), int | float)]
+    return Reference(losses, int(progress[-1]["step"]), seconds_per_iteration(progress[1:]),
+                     done, len(progress) - len(losses))
+
+
 def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -266,21 +295,13 @@ def record_profile(
         work.mkdir(parents=True, exist_ok=True)
 
         echo(f"reference run on 1 core: {' '.join(command)}")
-        ref = Job(command, cpus[:1], work, work / "ckpt-ref", "ref")
-        done = ref.wait(timeout)
-        if done.returncode != 0:
-            raise RecordError(f"the job exited with {done.returncode}:\n{ref.tail()}")
-        progress = ref.progress.progress()
-        if not progress:
-            raise RecordError(
-                f"the job reported no progress records to ${ENV_PROGRESS_FILE} "
-                "(see docs/training-contract.md)"
-            )
-        losses = [float(r["loss"]) for r in progress if isinstance(r.get("loss"), int | float)]
-        if len(losses) < len(progress):
-            echo(f"warning: {len(progress) - len(losses)} non-finite losses left out")
-        iterations = int(progress[-1]["step"])
-        full_rate = seconds_per_iteration(progress[1:])
+        ref = reference_run(command, cpus[0], work, timeout)
+        if ref.dropped:
+            echo(f"warning: {ref.dropped} non-finite losses left out")
+        done = ref.finished
+        iterations = ref.iterations
+        losses = ref.losses
+        full_rate = ref.seconds_per_iteration
         echo(f"  {iterations} iterations in {done.seconds:.1f} s, "
              f"{len(losses)} losses, max RSS {done.max_rss_kb / 1024:.0f} MB")
 
