@@ -1,0 +1,270 @@
+"""Reads training progress (step, loss, metrics) out of container logs, fed in chunks as the
+agent tails them. Pure: no I/O, no clock; junk is counted and skipped, never raised."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["Counters", "LogParser", "Record", "parse_text"]
+
+_NUMBER = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)"
+# key = value, key: value, "key": value, 'key': value, key=tensor(value, ...)
+_PAIR = re.compile(
+    r"(?<![\w.\-/])['\"]?(?P<key>[A-Za-z_][\w./\-]*)['\"]?\s*[=:]\s*"
+    r"(?:tensor\()?['\"]?(?P<value>" + _NUMBER + r")['\"]?(?![\w.])",
+    re.IGNORECASE,
+)
+# "Step 120", "iter 120" without a separator
+_STEP_WORD = re.compile(r"\b(?:global[_ ]step|step|iter(?:ation)?)\s+(\d+)\b", re.IGNORECASE)
+# a progress counter "45/100" (Keras bars, tqdm bars), not a date or a path
+_COUNTER = re.compile(r"(?<![\w/.])(\d+)/(\d+)(?![\w/])")
+# Keras: "Epoch 3/10" on its own line (1-based)
+_KERAS_EPOCH = re.compile(r"^\s*Epoch\s+(\d+)/(\d+)\s*$")
+# tqdm bars of PyTorch Lightning: "Epoch 3:  45%|..." (0-based)
+_BAR_EPOCH = re.compile(r"\bEpoch\s+(\d+)\s*:")
+# CSI and OSC escape sequences (colours, cursor moves, hyperlinks)
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+#: Keys that name the training loss (compared lower-case). Validation losses are metrics.
+DEFAULT_LOSS_KEYS = ("loss", "train_loss", "training_loss", "loss_step", "train_loss_step",
+                     "train/loss", "trainer/loss")
+_STEP_KEYS = ("step", "global_step", "iteration", "iter", "it", "trainer/global_step")
+# A Hugging Face Trainer's end-of-run summary: its train_loss is the mean over the whole run.
+_SUMMARY_KEYS = ("train_runtime",)
+_EMPTY_BAR = -1
+
+
+@dataclass(frozen=True)
+class Record:
+    """One loss report: `step` when the log says it (else None), `loss` may be nan/inf."""
+
+    step: int | None
+    loss: float
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    format: str = "text"
+
+
+@dataclass
+class Counters:
+    """What the parser has seen so far."""
+
+    lines: int = 0  # line or progress-bar segments examined
+    records: int = 0
+    ignored: int = 0  # text without a loss (ordinary log lines)
+    malformed: int = 0  # looked like a record (ours, or a dict with a loss) and was not one
+    non_finite: int = 0  # records whose loss is nan or inf
+    oversized: int = 0  # segments longer than the limit, dropped
+    duplicates: int = 0  # a progress bar redrawn with the same values
+
+
+def _float(text: str) -> float:
+    low = text.lower().lstrip("+")
+    if low in ("inf", "infinity"):
+        return math.inf
+    if low in ("-inf", "-infinity"):
+        return -math.inf
+    return float(low)
+
+
+class LogParser:
+    """Incremental parser: `feed()` chunks of bytes or text, get the records completed so far.
+
+    Lines end at "\\n"; "\\r" and backspaces end a segment too (progress bars redraw in
+    place). A trailing partial segment waits for more input, or for `flush()`."""
+
+    def __init__(
+        self,
+        regex: str | None = None,
+        loss_keys: Iterable[str] = DEFAULT_LOSS_KEYS,
+        max_line: int = 64 * 1024,
+    ) -> None:
+        self.counters = Counters()
+        self.loss_keys = tuple(k.lower() for k in loss_keys)
+        self.max_line = max_line
+        try:
+            self._regex = re.compile(regex) if regex else None
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        if self._regex is not None and "loss" not in self._regex.groupindex:
+            raise ValueError("the regex needs a named group (?P<loss>...)")
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+        self._epoch: tuple[int, int] | None = None  # (epoch, 0 or 1 for 0-/1-based)
+        self._last: Record | None = None
+
+    # -- feeding ----------------------------------------------------------------------
+    def feed(self, chunk: bytes | str) -> list[Record]:
+        text = self._decoder.decode(chunk) if isinstance(chunk, bytes | bytearray) else chunk
+        data = self._pending + text
+        out: list[Record] = []
+        start = 0
+        for match in re.finditer(r"\r\n|[\n\r\x08]+", data):
+            self._segment(data[start:match.start()], out)
+            start = match.end()
+        self._pending = data[start:]
+        if len(self._pending) > self.max_line:
+            self.counters.oversized += 1
+            self._pending = ""
+        return out
+
+    def flush(self) -> list[Record]:
+        """End of the stream: parse what is left (a last line without its newline)."""
+        out: list[Record] = []
+        rest = self._pending + self._decoder.decode(b"", final=True)
+        self._pending = ""
+        self._segment(rest, out)
+        return out
+
+    # -- one segment --------------------------------------------------------------------
+    def _segment(self, raw: str, out: list[Record]) -> None:
+        if len(raw) > self.max_line:
+            self.counters.oversized += 1
+            return
+        text = _CONTROL.sub("", _ANSI.sub("", raw)).strip()
+        if not text:
+            return
+        self.counters.lines += 1
+        record = self._parse(text)
+        if record is None:
+            return
+        if record == self._last:
+            self.counters.duplicates += 1
+            return
+        self._last = record
+        self.counters.records += 1
+        if not math.isfinite(record.loss):
+            self.counters.non_finite += 1
+        out.append(record)
+
+    def _parse(self, text: str) -> Record | None:
+        if self._regex is not None:
+            found = self._user(text)
+            if found is not None:
+                return found
+        keras_epoch = _KERAS_EPOCH.match(text)
+        if keras_epoch:
+            self._epoch = (int(keras_epoch.group(1)), 1)
+            self.counters.ignored += 1
+            return None
+        if text.startswith("{") and '"specon"' in text:
+            return self._ours(text)
+        brace = text.find("{")
+        if brace > 0:
+            # tqdm.write() after a bar that was never ended (Hugging Face Trainer): the bar's
+            # counter is stale, so only the dict counts when it holds the loss
+            found = self._pairs(text[brace:], count=False)
+            if found is not None:
+                return found
+        return self._pairs(text)
+
+    def _user(self, text: str) -> Record | None:
+        assert self._regex is not None
+        match = self._regex.search(text)
+        if match is None:
+            return None
+        groups = match.groupdict()
+        try:
+            loss = _float(groups.pop("loss") or "")
+            step_text = groups.pop("step", None)
+            step = int(step_text) if step_text else None
+            if step is not None and step < 0:
+                step = None
+            metrics = {k: _float(v) for k, v in groups.items() if v is not None}
+        except ValueError:
+            self.counters.malformed += 1
+            return None
+        return Record(step, loss, metrics, "regex")
+
+    def _ours(self, text: str) -> Record | None:
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            # a torn line of ours (killed mid-write): a number cut short is no loss
+            self.counters.malformed += 1
+            return None
+        if not isinstance(value, dict) or value.get("event", "progress") != "progress":
+            self.counters.ignored += 1  # our checkpoint/resume/stop events
+            return None
+        try:
+            loss = _float(str(value["loss"]))
+            step = value.get("step")
+            step = int(step) if step is not None else None
+            if step is not None and step < 0:
+                step = None
+            raw = value.get("metrics") or {}
+            metrics = {str(k): _float(str(v)) for k, v in raw.items()
+                       if isinstance(v, int | float | str) and not isinstance(v, bool)}
+        except (KeyError, ValueError, TypeError, AttributeError, OverflowError):
+            self.counters.malformed += 1
+            return None
+        return Record(step, loss, metrics, "specon")
+
+    def _pairs(self, text: str, count: bool = True) -> Record | None:
+        pairs: dict[str, float] = {}
+        for match in _PAIR.finditer(text):
+            key = match.group("key")
+            if key not in pairs:
+                try:
+                    pairs[key] = _float(match.group("value"))
+                except (ValueError, OverflowError):
+                    continue
+        lower = {k.lower(): k for k in pairs}
+        loss_key = next((lower[k] for k in self.loss_keys if k in lower), None)
+        if loss_key is None or any(k in lower for k in _SUMMARY_KEYS):
+            self.counters.ignored += count
+            return None
+        loss = pairs.pop(loss_key)
+        step = self._step(text, pairs, lower)
+        if step == _EMPTY_BAR:
+            self.counters.ignored += count
+            return None
+        if text.startswith("{"):
+            fmt = "dict"
+        elif "it/s" in text or "s/it" in text:
+            fmt = "tqdm"
+        elif " - " in text and _COUNTER.match(text):
+            fmt = "keras"
+        else:
+            fmt = "text"
+        return Record(step, loss, pairs, fmt)
+
+    def _step(self, text: str, pairs: dict[str, float], lower: Mapping[str, str]) -> int | None:
+        for key in _STEP_KEYS:
+            if key in lower:
+                value = pairs.pop(lower[key])
+                if math.isfinite(value) and value >= 0 and value == int(value):
+                    return int(value)
+        word = _STEP_WORD.search(text)
+        if word:
+            return int(word.group(1))
+        counter = _COUNTER.search(text)
+        if counter is None:
+            return None
+        done, total = int(counter.group(1)), int(counter.group(2))
+        if total <= 0 or done > total:
+            return None
+        if done == 0:
+            # a bar just (re)drawn at 0/N repeats the last loss at no step (Lightning resets
+            # its bar when an epoch ends)
+            return _EMPTY_BAR
+        bar_epoch = _BAR_EPOCH.search(text)
+        if bar_epoch:  # Lightning: 0-based epoch in the bar itself
+            return int(bar_epoch.group(1)) * total + done
+        if self._epoch is not None:  # Keras: the last "Epoch e/E" line, 1-based
+            epoch, base = self._epoch
+            return (epoch - base) * total + done
+        return done
+
+
+def parse_text(text: str | bytes, regex: str | None = None) -> tuple[list[Record], Counters]:
+    """Parse a whole log at once (tests, offline use)."""
+    parser = LogParser(regex=regex)
+    records = parser.feed(text)
+    records.extend(parser.flush())
+    return records, parser.counters
