@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from specon import defaults
 from specon.sim.experiments import DEFAULT_EXPERIMENT, EXPERIMENTS
 from specon.sim.model import POLICIES, SimConfig
 from specon.sim.runner import Matrix, run_matrix
@@ -157,6 +158,11 @@ def _progress() -> Progress:
                     TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
 
 
+_ALPHA_HELP = f"Threshold: normalised loss progress per minute (default {defaults.ALPHA:g})."
+_INTERVAL_HELP = f"Categorisation / FlowCon interval, seconds (default {defaults.INTERVAL_S:g})."
+_BETA_HELP = f"FlowCon floor: a limit stays >= 1/(beta*n) (default {defaults.FLOWCON_BETA:g})."
+
+
 @app.command()
 def simulate(
     target: Annotated[str, typer.Argument(
@@ -165,12 +171,9 @@ def simulate(
     policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = ",".join(POLICIES),
     seeds: Annotated[str, typer.Option(help="A count (5 = seeds 0-4) or a list (1,2,7 or 0-9).")
                      ] = "5",
-    alpha: Annotated[float | None, typer.Option(
-        help="Threshold: normalised loss progress per minute (default 0.05).")] = None,
-    interval: Annotated[float | None, typer.Option(
-        help="Categorisation / FlowCon interval in seconds (default 30).")] = None,
-    beta: Annotated[float | None, typer.Option(
-        help="FlowCon floor factor: a limit never goes below 1/(beta*n) (default 1).")] = None,
+    alpha: Annotated[float | None, typer.Option(help=_ALPHA_HELP)] = None,
+    interval: Annotated[float | None, typer.Option(help=_INTERVAL_HELP)] = None,
+    beta: Annotated[float | None, typer.Option(help=_BETA_HELP)] = None,
     out: Annotated[Path | None, typer.Option(help="Output folder (default results/NAME).")
                    ] = None,
     sweep: Annotated[str | None, typer.Option(

@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from specon import defaults
+
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
@@ -34,10 +36,10 @@ class ManagerSettings(BaseSettings):
     stale_after_intervals: Positive = 3.0
 
     # -- the algorithms' parameters (sent to every agent in each heartbeat reply) ---------------
-    alpha: Positive = 0.01
-    interval_s: Positive = 30.0
-    flowcon_alpha: Positive = 0.05
-    flowcon_beta: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 2.0
+    alpha: Positive = defaults.ALPHA
+    interval_s: Positive = defaults.INTERVAL_S
+    flowcon_alpha: Positive = defaults.FLOWCON_ALPHA
+    flowcon_beta: Annotated[float, Field(ge=1, allow_inf_nan=False)] = defaults.FLOWCON_BETA
     weight_progressing: Positive = 2.0
     weight_watching: Positive = 1.5
     weight_converged: Positive = 1.0

@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specon import defaults
 from specon.core.scoring import Weights
 
 
@@ -13,11 +14,11 @@ from specon.core.scoring import Weights
 class SimConfig:
     """Parameters of one simulated run. Defaults are the shipped ones (docs/parameters.md)."""
 
-    alpha: float = 0.05  # SpeCon threshold: normalised progress per minute
-    interval_s: float = 30.0  # categorisation interval
+    alpha: float = defaults.ALPHA  # SpeCon threshold: normalised progress per minute
+    interval_s: float = defaults.INTERVAL_S  # categorisation interval
     flowcon_alpha: float | None = None  # FlowCon threshold per core; None: same as alpha
-    flowcon_beta: float = 2.0
-    flowcon_max_itval_s: float = 480.0
+    flowcon_beta: float = defaults.FLOWCON_BETA
+    flowcon_max_itval_s: float = defaults.FLOWCON_MAX_INTERVAL_S
     weights: Weights = field(default_factory=Weights)
     restart_s: float = 3.0  # pod deletion + recreation + container start
     rebalance: bool = True

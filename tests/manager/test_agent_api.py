@@ -12,6 +12,7 @@ import httpx
 import pytest
 from managerlib import TOKENS, auth, heartbeat, job, serve
 
+from specon import defaults
 from specon_manager.app import create_app
 from specon_manager.auth import NodeTokens, TokenError
 from specon_manager.settings import ManagerSettings
@@ -36,7 +37,7 @@ def test_heartbeat_is_accepted_and_answered_with_the_parameters(manager: Any) ->
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["accepted"] is True
-    assert body["parameters"]["alpha"] == pytest.approx(0.01)
+    assert body["parameters"]["alpha"] == pytest.approx(defaults.ALPHA)
     assert body["checkpoint_requests"] == []
     state: ClusterState = app.state.cluster
     assert state.fresh_nodes() == ["node-1"]
