@@ -1,1 +1,2 @@
-"""The node agent (DaemonSet): follows training jobs, rewrites CPU limits, reports to the manager."""
+"""The node agent (DaemonSet): follows training jobs, rewrites CPU limits, reports to the
+manager."""

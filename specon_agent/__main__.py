@@ -1,0 +1,152 @@
+"""`specon-agent`: builds the agent from its settings and runs it until SIGTERM or SIGINT.
+
+Exit status: 0 after a clean stop (limits restored), 2 for unusable settings (one line on
+stderr), 1 when a part the agent needs is missing at start (the engine, the cgroup hierarchy,
+the Kubernetes API), also in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .actuators import Actuator, ActuatorError, create
+from .agent import Agent, LoopConfig
+from .cpu import CpuMeter
+from .discovery import DockerDiscovery, KubeDiscovery
+from .manager import ManagerLink
+from .metrics import AgentMetrics
+from .settings import AgentSettings, SettingsProblem, load_settings
+
+log = logging.getLogger("specon_agent")
+
+
+class StartupError(Exception):
+    """A part the agent needs is missing; the message says which and what to do."""
+
+
+def _docker_client(settings: AgentSettings) -> Any:
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=settings.docker_host) if settings.docker_host \
+            else docker.from_env()
+        client.ping()
+    except Exception as exc:
+        raise StartupError(f"no Docker Engine answers ({exc}); set --docker-host") from None
+    return client
+
+
+def _actuator(settings: AgentSettings, client: Any) -> Actuator:
+    options: dict[str, Any] = {"node_cpus": settings.node_cpus,
+                               "period_us": settings.cpu_period_us,
+                               "min_step": settings.min_step}
+    if settings.actuator == "docker":
+        options["client"] = client
+    elif settings.actuator == "cgroup":
+        options["root"] = settings.cgroup_root
+    try:
+        return create(settings.actuator, **options)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+    except ActuatorError as exc:
+        raise StartupError(f"actuator {settings.actuator}: {exc}") from None
+
+
+def _kube_api(settings: AgentSettings) -> Any:
+    from kubernetes import client, config
+
+    try:
+        if settings.kubeconfig is not None:
+            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(settings.kubeconfig))
+        else:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            api_client = client.ApiClient()
+    except Exception as exc:
+        raise StartupError(f"no Kubernetes API configuration ({exc}); set --kubeconfig") \
+            from None
+    return client.CoreV1Api(api_client)
+
+
+def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple[Agent, Any]:
+    """The agent and its discovery, as the settings say (nothing started yet)."""
+    metrics = metrics or AgentMetrics()
+    needs_docker = settings.mode == "standalone" or settings.actuator == "docker"
+    client = _docker_client(settings) if needs_docker else None
+    actuator = _actuator(settings, client)
+    meter = CpuMeter(settings.cgroup_root, client)
+
+    def count(reason: str) -> None:
+        metrics.discovery_errors.labels(reason).inc()
+
+    discovery: DockerDiscovery | KubeDiscovery
+    if settings.mode == "standalone":
+        discovery = DockerDiscovery(client, settings.label, on_error=count)
+    else:
+        discovery = KubeDiscovery(_kube_api(settings), settings.node_name, settings.label,
+                                  settings.pod_log_root, settings.progress_root, on_error=count)
+    link = None
+    if settings.manager_url:
+        link = ManagerLink(settings.manager_url, settings.bearer_token_file,
+                           interval_s=settings.heartbeat_s, timeout_s=settings.http_timeout_s,
+                           backoff_max_s=settings.backoff_max_s)
+    config = LoopConfig(
+        node=settings.node_name, alpha=settings.alpha, interval_s=settings.interval_s,
+        flowcon_alpha=settings.flowcon_alpha, flowcon_beta=settings.flowcon_beta,
+        flowcon_interval_s=settings.flowcon_interval_s,
+        flowcon_max_interval_s=settings.flowcon_max_interval_s, poll_s=settings.poll_s,
+        tail_bytes=settings.tail_bytes, restore_on_exit=settings.restore_on_exit)
+    agent = Agent(config, actuator, meter, link=link, metrics=metrics)
+    log.info("specon-agent %s mode on node %s: actuator %s (%.3g CPUs), CPU use from %s, "
+             "manager %s", settings.mode, settings.node_name, actuator.name, actuator.node_cpus,
+             meter.source, settings.manager_url or "none")
+    return agent, discovery
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = load_settings(args)
+    except SettingsProblem as exc:
+        print(f"specon-agent: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        agent, discovery = build(settings)
+    except StartupError as exc:
+        print(f"specon-agent: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port, settings.metrics_address,
+                          registry=agent.metrics.registry)
+    discovery.start(agent.events)
+    if agent.link is not None:
+        agent.link.start()
+    try:
+        agent.run(stop)
+    finally:
+        discovery.stop()
+        if agent.link is not None:
+            agent.link.stop()
+        agent.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,428 @@
+"""The agent's control loop: discovery events in, logs read, FlowCon and Algorithm 3 run, limits
+written, heartbeats and reallocation requests handed to the manager link.
+
+One thread owns all state (:meth:`Agent.run`); discovery and the manager link only put events
+into its queues. :meth:`Agent.step` is one pass of the loop at a given time, so tests can drive
+the agent deterministically against real containers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import queue
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from specon import defaults
+from specon.core.categorize import Category
+from specon.core.flowcon import FlowConParams, FlowList
+from specon.wire import (
+    CheckpointRequest,
+    Heartbeat,
+    HeartbeatReply,
+    JobReport,
+    ReallocationReply,
+    ReallocationRequest,
+)
+
+from .actuators import Actuator, ActuatorError, ContainerGone
+from .control import NodeControl
+from .cpu import CpuMeter
+from .discovery import Arrived, Departed, Event, Resync, Target
+from .manager import ManagerLink
+from .metrics import AgentMetrics
+from .progress import ProgressSource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """The parts of the settings the loop itself uses."""
+
+    node: str
+    alpha: float = defaults.ALPHA
+    interval_s: float = defaults.INTERVAL_S
+    flowcon_alpha: float | None = defaults.FLOWCON_ALPHA
+    flowcon_beta: float = defaults.FLOWCON_BETA
+    flowcon_interval_s: float | None = None
+    flowcon_max_interval_s: float = defaults.FLOWCON_MAX_INTERVAL_S
+    poll_s: float = 2.0
+    tail_bytes: int = 1 << 20
+    restore_on_exit: bool = True
+
+    def flow_params(self) -> FlowConParams:
+        itval = self.flowcon_interval_s or self.interval_s
+        return FlowConParams(
+            alpha=self.flowcon_alpha or self.alpha, itval_s=itval, beta=self.flowcon_beta,
+            max_itval_s=max(self.flowcon_max_interval_s, itval))
+
+
+@dataclass
+class _Followed:
+    target: Target
+    source: ProgressSource | None
+    stats_seen: tuple[int, int, int] = (0, 0, 0)  # rotations, truncations, bytes
+    asked: bool = False  # a reallocation was asked (standalone: said once)
+
+
+@dataclass
+class _Inbox:
+    """What the manager link's thread hands to the loop."""
+
+    items: queue.Queue[Any] = field(default_factory=queue.Queue)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+class Agent:
+    def __init__(
+        self,
+        config: LoopConfig,
+        actuator: Actuator,
+        meter: CpuMeter,
+        link: ManagerLink | None = None,
+        metrics: AgentMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.actuator = actuator
+        self.meter = meter
+        self.link = link
+        self.metrics = metrics or AgentMetrics()
+        self.clock = clock
+        self.control = NodeControl(config.flow_params(), config.alpha)
+        self.interval_s = config.interval_s
+        self.jobs: dict[str, _Followed] = {}
+        self.events: queue.Queue[Event] = queue.Queue()
+        self._inbox = _Inbox()
+        now = clock()
+        self.next_poll = now
+        self.next_cat = now + self.interval_s
+        self.seq = 0
+        self._retry_at = -math.inf
+        self.metrics.node_cpus.set(actuator.node_cpus)
+        if link is not None:
+            link._on_reply = lambda reply: self._inbox.items.put(reply)
+            link._on_realloc = lambda req, reply: self._inbox.items.put((req, reply))
+            link._on_outcome = lambda kind, outcome: self.metrics.manager_calls.labels(
+                kind, outcome).inc()
+
+    # -- arrivals and departures (Algorithm 2's listener) -----------------------------------
+    def handle(self, event: Event, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        if isinstance(event, Arrived):
+            self.arrive(event.target, now)
+        elif isinstance(event, Departed):
+            self.depart(event.cid, now, "ended")
+        elif isinstance(event, Resync):
+            wanted = {t.cid: t for t in event.targets}
+            for cid in list(self.jobs.keys() - wanted.keys()):
+                self.depart(cid, now, "gone (resync)")
+            for cid in wanted.keys() - self.jobs.keys():
+                self.arrive(wanted[cid], now)
+
+    def _source(self, t: Target) -> ProgressSource | None:
+        # One source per job: the SDK writes every record to its file and to stdout alike.
+        if t.progress_path is not None and t.progress_path.parent.is_dir():
+            return ProgressSource(t.progress_path, "plain", self.config.tail_bytes, t.loss_regex)
+        if t.log_path is not None:
+            return ProgressSource(t.log_path, t.log_kind, self.config.tail_bytes, t.loss_regex)
+        log.warning("%s: neither a progress file nor a log this agent can read", t.name)
+        return None
+
+    def arrive(self, target: Target, now: float) -> None:
+        if target.cid in self.jobs:
+            return
+        source = self._source(target)
+        self.jobs[target.cid] = _Followed(target, source)
+        self.control.arrive(target.cid, now, self.meter.usage_ns(target.cid))
+        self.metrics.events.labels("arrival").inc()
+        log.info("job %s (%s) arrived; following %s", target.name, target.cid[:12],
+                 source.path if source else "nothing")
+        self._poll_one(target.cid, history=True)
+        self.apply(now)
+
+    def depart(self, cid: str, now: float, why: str) -> None:
+        job = self.jobs.pop(cid, None)
+        if job is None:
+            return
+        if job.source is not None:
+            job.source.close()
+        self.control.depart(cid, now)
+        self.actuator.forget(cid)  # its limit goes with it
+        self.meter.forget(cid)
+        self.metrics.forget_job(self._label(job.target))
+        self.metrics.events.labels("departure").inc()
+        log.info("job %s (%s) %s; its limit is released", job.target.name, cid[:12], why)
+        self.apply(now)
+
+    # -- reading progress ---------------------------------------------------------------------
+    def _poll_one(self, cid: str, history: bool = False) -> None:
+        job = self.jobs[cid]
+        if job.source is None:
+            return
+        reading = job.source.poll()
+        if reading.parse_errors:
+            self.metrics.parse_errors.inc(reading.parse_errors)
+        st = job.source.stats
+        seen = job.stats_seen
+        if st.rotations > seen[0]:
+            self.metrics.log_rotations.labels("rotation").inc(st.rotations - seen[0])
+        if st.truncations > seen[1]:
+            self.metrics.log_rotations.labels("truncation").inc(st.truncations - seen[1])
+        if st.bytes_read > seen[2]:
+            self.metrics.log_bytes.inc(st.bytes_read - seen[2])
+        job.stats_seen = (st.rotations, st.truncations, st.bytes_read)
+        if history:
+            self.control.prime(cid, reading.losses)
+        else:
+            self.control.add_losses(cid, reading.losses)
+
+    def poll(self) -> None:
+        for cid in list(self.jobs):
+            self._poll_one(cid)
+
+    # -- limits -------------------------------------------------------------------------------
+    def apply(self, now: float | None = None) -> None:
+        """Write the limits FlowCon decided (decreases first); drop jobs whose container is gone.
+        A failed write is tried again one poll interval later, not at every pass."""
+        now = self.clock() if now is None else now
+        if not self.control.dirty or now < self._retry_at:
+            return
+        self.control.dirty = False
+        limits = {cid: f for cid, f in self.control.limits.items() if cid in self.jobs}
+        if not limits:
+            return
+        changes, failed = self.actuator.apply_many(limits, floor=self.control.floor)
+        for ch in changes:
+            before = ch.before.cores if ch.before.cores is not None else math.inf
+            after = ch.after.cores if ch.after.cores is not None else math.inf
+            self.metrics.limit_writes.labels("down" if after < before else "up").inc()
+        gone = []
+        for cid, exc in failed.items():
+            self.metrics.limit_failures.labels(exc.reason).inc()
+            if isinstance(exc, ContainerGone):
+                gone.append(cid)
+            else:
+                # Keep the job and its decision: the write is tried again at the next change.
+                log.warning("limit of %s not set: %s", cid[:12], exc)
+                self.control.dirty = True
+                self._retry_at = now + self.config.poll_s
+        for cid in gone:
+            self.depart(cid, now, "vanished (container or cgroup gone)")
+
+    # -- intervals ----------------------------------------------------------------------------
+    def _cpu(self) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        for cid in self.jobs:
+            out[cid] = self.meter.usage_ns(cid)
+            if out[cid] is None:
+                self.metrics.cpu_unknown.inc()
+        return out
+
+    def step(self, now: float | None = None) -> None:
+        """One pass: manager replies, logs, FlowCon and categorisation when due, limits,
+        heartbeat, metrics."""
+        now = self.clock() if now is None else now
+        self._drain_inbox()
+        polled = now >= self.next_poll
+        if polled:
+            with self.metrics.loop_seconds.labels("poll").time():
+                self.poll()
+            self.next_poll = now + self.config.poll_s
+        before = self._states()
+        if now >= self.control.flow_due:
+            with self.metrics.loop_seconds.labels("flowcon").time():
+                self.control.flow_tick(now, self._cpu())
+                self.apply(now)
+        if now >= self.next_cat:
+            with self.metrics.loop_seconds.labels("categorize").time():
+                self._categorize(now)
+            self.next_cat = now + self.interval_s
+        self._log_transitions(before)
+        self.apply(now)
+        if polled:
+            self._publish(now)
+
+    def _states(self) -> dict[str, tuple[str, str]]:
+        return {cid: (str(self.control.flow_list(cid)), str(v.cat.category))
+                for cid, v in self.control.jobs.items()}
+
+    def _log_transitions(self, before: dict[str, tuple[str, str]]) -> None:
+        for cid, now_state in self._states().items():
+            was = before.get(cid)
+            if was is not None and was != now_state:
+                view = self.control.jobs[cid]
+                g = view.growth.progress if view.growth is not None else None
+                log.info("%s: FlowCon %s -> %s, category %s -> %s (growth %s, efficiency %s, "
+                         "limit %.3f)", self.jobs[cid].target.name, was[0], now_state[0], was[1],
+                         now_state[1], _fmt(g), _fmt(view.efficiency),
+                         self.control.limits.get(cid, 1.0))
+
+    def _categorize(self, now: float) -> None:
+        requests = self.control.categorize_tick(now, self._cpu())
+        for cid in requests:
+            job = self.jobs.get(cid)
+            if job is None:
+                continue
+            self.metrics.reallocation_requests.inc()
+            if self.link is not None:
+                self.link.request_reallocation(ReallocationRequest(
+                    node=self.config.node, namespace=job.target.namespace, pod=job.target.pod,
+                    uid=job.target.uid, time=now))
+            elif not job.asked:
+                log.info("%s has converged on a crowded node; no manager to move it (standalone)",
+                         job.target.name)
+            job.asked = True
+
+    def next_due(self) -> float:
+        return min(self.next_poll, self.control.flow_due, self.next_cat)
+
+    # -- the manager --------------------------------------------------------------------------
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                item = self._inbox.items.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, HeartbeatReply):
+                self._on_reply(item)
+            else:
+                req, reply = item
+                self._on_reallocation(req, reply)
+
+    def _on_reply(self, reply: HeartbeatReply) -> None:
+        p = reply.parameters
+        if self.control.set_parameters(p.alpha, p.flowcon_alpha, p.flowcon_beta):
+            log.info("parameters from the manager: alpha=%s flowcon alpha=%s beta=%s",
+                     p.alpha, p.flowcon_alpha, p.flowcon_beta)
+        if p.interval_s != self.interval_s:
+            self.next_cat += p.interval_s - self.interval_s
+            self.interval_s = p.interval_s
+        for creq in reply.checkpoint_requests:
+            self._ask_checkpoint(creq)
+
+    def _ask_checkpoint(self, creq: CheckpointRequest) -> None:
+        """Write the job's request file (docs/training-contract.md §4), atomically."""
+        job = next((j for j in self.jobs.values()
+                    if (j.target.namespace, j.target.pod) == (creq.namespace, creq.pod)), None)
+        if job is None or job.target.checkpoint_dir is None:
+            return
+        path = job.target.checkpoint_dir / "request.json"
+        try:
+            if path.exists() and json.loads(path.read_text()).get("id") == creq.id:
+                return
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-request-")
+            with os.fdopen(fd, "w") as f:
+                json.dump({"id": creq.id, "exit": creq.exit}, f)
+            os.replace(tmp, path)
+            log.info("asked %s for checkpoint %s", job.target.name, creq.id)
+        except (OSError, ValueError) as exc:
+            log.warning("cannot write %s: %s", path, exc)
+
+    def _on_reallocation(self, req: ReallocationRequest, reply: ReallocationReply) -> None:
+        if not reply.migrated:
+            return
+        for cid, job in self.jobs.items():
+            if (job.target.namespace, job.target.pod) == (req.namespace, req.pod):
+                self.control.mark_migrated(cid)
+
+    def heartbeat(self, now: float) -> Heartbeat:
+        self.seq += 1
+        reports = []
+        for cid, job in list(self.jobs.items())[:1000]:
+            view = self.control.jobs.get(cid)
+            if view is None:
+                continue
+            t = job.target
+            g = view.growth
+            reports.append(JobReport(
+                namespace=t.namespace, pod=t.pod, container=t.container, uid=t.uid,
+                category=view.cat.category,
+                growth=g.progress if g is not None else None,
+                efficiency=view.efficiency, loss=view.loss,
+                limit=min(1.0, self.control.limits.get(cid, 1.0)), cpu_cores=view.cores,
+                migrated=view.cat.migrated, checkpointable=t.migratable))
+        return Heartbeat(
+            node=self.config.node, time=now, seq=self.seq, capacity_cpus=self.actuator.node_cpus,
+            load_cores=sum(r.cpu_cores for r in reports), jobs=reports,
+            actuator=self.actuator.name)
+
+    def _label(self, t: Target) -> str:
+        return f"{t.namespace}/{t.pod}/{t.container}"
+
+    def _publish(self, now: float) -> None:
+        m = self.metrics
+        for cat, n in self.control.counts().items():
+            m.jobs.labels(cat.value).set(n)
+        for cid, job in self.jobs.items():
+            view = self.control.jobs.get(cid)
+            if view is None:
+                continue
+            label = self._label(job.target)
+            for cat in Category:
+                m.job_category.labels(label, cat.value).set(int(view.cat.category is cat))
+            current = self.control.flow_list(cid)
+            for lst in FlowList:
+                m.job_flowcon.labels(label, lst.value).set(int(current is lst))
+            if view.loss is not None:
+                m.job_loss.labels(label).set(view.loss)
+            if view.growth is not None:
+                m.job_growth.labels(label).set(view.growth.progress)
+            if view.efficiency is not None:
+                m.job_efficiency.labels(label).set(view.efficiency)
+            m.job_limit.labels(label).set(
+                min(1.0, self.control.limits.get(cid, 1.0)) * self.actuator.node_cpus)
+            m.job_cpu.labels(label).set(view.cores)
+        if self.link is not None:
+            self.link.offer_heartbeat(self.heartbeat(now))
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """The loop, until ``stop`` is set. Events are handled as they come (the listener runs
+        at once); everything else when due."""
+        while not stop.is_set():
+            timeout = max(0.0, min(self.next_due() - self.clock(), 0.5))
+            try:
+                event = self.events.get(timeout=timeout)
+            except queue.Empty:
+                pass
+            else:
+                self._guarded(self.handle, event)
+                while True:
+                    try:
+                        more = self.events.get_nowait()
+                    except queue.Empty:
+                        break
+                    self._guarded(self.handle, more)
+            self._guarded(self.step)
+
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+        # The loop must outlive any one failure: log it with its traceback and go on.
+        try:
+            fn(*args)
+        except ActuatorError as exc:
+            self.metrics.limit_failures.labels(exc.reason).inc()
+            log.warning("actuator: %s", exc)
+        except Exception:
+            log.exception("control loop pass failed; continuing")
+
+    def close(self) -> None:
+        for job in self.jobs.values():
+            if job.source is not None:
+                job.source.close()
+        if self.config.restore_on_exit:
+            failed = self.actuator.restore_all()
+            for cid, exc in failed.items():
+                log.warning("could not restore the limit of %s: %s", cid[:12], exc)
+            log.info("restored the limits this agent changed (%d failed)", len(failed))

@@ -1,0 +1,96 @@
+"""The agent's Prometheus metrics (``specon_agent_`` prefix, units in names, bounded labels).
+
+Per-job series carry ``job`` = ``namespace/pod/container`` of a job on this node and are removed
+when the job leaves, so their number is bounded by the jobs the node runs at once. Each agent
+owns its registry (two agents in one test process never share counters).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from specon.core.categorize import Category
+from specon.core.flowcon import FlowList
+
+_LOOP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class AgentMetrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        j = ["job"]
+        self.job_category = Gauge(
+            "specon_agent_job_category",
+            "1 for the job's current category (PC progressing, WC watching, CC converged).",
+            ["job", "category"], registry=r)
+        self.job_flowcon = Gauge(
+            "specon_agent_job_flowcon_list",
+            "1 for the job's current FlowCon list (NL new, WL watching, CL completing).",
+            ["job", "list"], registry=r)
+        self.job_loss = Gauge("specon_agent_job_loss", "Last loss the job logged.", j,
+                              registry=r)
+        self.job_growth = Gauge(
+            "specon_agent_job_growth_per_minute",
+            "Normalised progress over the last categorisation interval (docs/normalisation.md).",
+            j, registry=r)
+        self.job_efficiency = Gauge(
+            "specon_agent_job_growth_efficiency_per_core_minute",
+            "FlowCon's growth efficiency over the last interval (progress per core).", j,
+            registry=r)
+        self.job_limit = Gauge("specon_agent_job_cpu_limit_cores",
+                               "CPU limit the agent set for the job.", j, registry=r)
+        self.job_cpu = Gauge("specon_agent_job_cpu_usage_cores",
+                             "CPU the job used over the last interval (cgroup counter).", j,
+                             registry=r)
+        self.jobs = Gauge("specon_agent_jobs", "Training jobs on this node, by category.",
+                          ["category"], registry=r)
+        self.node_cpus = Gauge("specon_agent_node_cpus", "CPUs of this node.", registry=r)
+        self.limit_writes = Counter(
+            "specon_agent_limit_writes_total", "CPU limit writes that changed a limit.",
+            ["direction"], registry=r)
+        self.limit_failures = Counter(
+            "specon_agent_limit_write_failures_total",
+            "CPU limit reads or writes that failed, by reason (gone, unavailable, error).",
+            ["reason"], registry=r)
+        self.parse_errors = Counter(
+            "specon_agent_parse_errors_total",
+            "Log or progress lines that could not be decoded or parsed.", registry=r)
+        self.log_rotations = Counter(
+            "specon_agent_log_rotations_total", "Followed files found rotated or truncated.",
+            ["kind"], registry=r)
+        self.log_bytes = Counter("specon_agent_log_read_bytes_total",
+                                 "Bytes read from followed files.", registry=r)
+        self.cpu_unknown = Counter(
+            "specon_agent_cpu_readings_missing_total",
+            "CPU counter readings that failed (no efficiency for that interval).", registry=r)
+        self.loop_seconds = Histogram(
+            "specon_agent_loop_duration_seconds", "Time of one pass of a control-loop phase.",
+            ["phase"], buckets=_LOOP_BUCKETS, registry=r)
+        self.manager_calls = Counter(
+            "specon_agent_manager_requests_total",
+            "Calls to the manager, by kind (heartbeat, reallocation) and outcome.",
+            ["kind", "outcome"], registry=r)
+        self.reallocation_requests = Counter(
+            "specon_agent_reallocation_requests_total",
+            "Converged jobs on a crowded node for which a move was asked (Algorithm 3).",
+            registry=r)
+        self.discovery_errors = Counter(
+            "specon_agent_discovery_reconnects_total",
+            "Breaks of the engine's event stream or the pod watch, by reason.", ["reason"],
+            registry=r)
+        self.events = Counter("specon_agent_job_events_total", "Arrivals and departures.",
+                              ["event"], registry=r)
+
+    def forget_job(self, job: str) -> None:
+        for g in (self.job_loss, self.job_growth, self.job_efficiency, self.job_limit,
+                  self.job_cpu):
+            with contextlib.suppress(KeyError):
+                g.remove(job)
+        for cat in Category:
+            with contextlib.suppress(KeyError):
+                self.job_category.remove(job, cat.value)
+        for lst in FlowList:
+            with contextlib.suppress(KeyError):
+                self.job_flowcon.remove(job, lst.value)

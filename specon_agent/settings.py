@@ -1,0 +1,183 @@
+"""The agent's settings: one pydantic-settings object, from flags, environment and a YAML file.
+
+Precedence: command-line flags, then ``SPECON_AGENT_*`` environment variables, then the file
+named by ``--config`` (or ``SPECON_AGENT_CONFIG``), then the defaults below. docs/agent.md lists
+every setting.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    CliSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from specon import defaults
+from specon.wire import LABEL_TRAINING
+
+SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+class SettingsProblem(Exception):
+    """The settings cannot be used: the message is one line saying which and why."""
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """Values from the YAML config file (below flags and environment)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self.values = values
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
+class AgentSettings(BaseSettings):
+    """Every setting of ``specon-agent`` (flag ``--kebab-name``, env ``SPECON_AGENT_NAME``)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPECON_AGENT_",
+        extra="forbid",
+        cli_prog_name="specon-agent",
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+    )
+    _file_values: ClassVar[dict[str, Any]] = {}
+
+    config: Path | None = Field(None, description="YAML file with settings (below flags and env)")
+    mode: Literal["standalone", "cluster"] = Field(
+        "standalone",
+        description="standalone: one Docker host, FlowCon alone; cluster: pods of this node, "
+        "reports to the manager",
+    )
+    node_name: str = Field(
+        default_factory=lambda: os.environ.get("NODE_NAME") or socket.gethostname(),
+        min_length=1, description="this node's name (default: $NODE_NAME or the host name)")
+    actuator: str = Field("docker", description="how limits are written: docker, cgroup, resize")
+    node_cpus: float | None = Field(None, gt=0, description="CPUs of the node (default: detected)")
+    cgroup_root: Path | None = Field(
+        None, description="root of the cpu cgroup hierarchy (default: from /proc/self/mountinfo)")
+    cpu_period_us: int = Field(100_000, ge=1_000, le=1_000_000, description="CFS period")
+    min_step: float = Field(
+        0.05, ge=0, lt=1, description="skip limit writes smaller than this fraction")
+    restore_on_exit: bool = Field(True, description="put back the original limits on shutdown")
+
+    label: str = Field(
+        LABEL_TRAINING,
+        description="label (or annotation) that opts a container or pod in, value 'true'")
+    docker_host: str | None = Field(None, description="Docker Engine URL (default: DOCKER_HOST)")
+    kubeconfig: Path | None = Field(None, description="kubeconfig (cluster mode; default: "
+                                    "in-cluster service account)")
+    pod_log_root: Path = Field(Path("/var/log/pods"), description="the kubelet's pod log folder")
+    progress_root: Path | None = Field(
+        None, description="where the agent sees the shared volume that holds progress files "
+        "(cluster mode; pod annotation specon.io/progress-file is relative to it)")
+
+    # The shipped parameters (specon/defaults.py); in cluster mode the manager's replace them.
+    alpha: float = Field(defaults.ALPHA, gt=0,
+                         description="SpeCon threshold (normalised progress per minute)")
+    interval_s: float = Field(defaults.INTERVAL_S, gt=0,
+                              description="categorisation interval (s)")
+    flowcon_alpha: float | None = Field(
+        defaults.FLOWCON_ALPHA, gt=0, description="FlowCon threshold per core")
+    flowcon_beta: float = Field(defaults.FLOWCON_BETA, ge=1,
+                                description="FlowCon floor factor: no limit below 1/(beta*n)")
+    flowcon_interval_s: float | None = Field(
+        None, gt=0, description="FlowCon base interval (default: interval_s)")
+    flowcon_max_interval_s: float = Field(defaults.FLOWCON_MAX_INTERVAL_S, gt=0,
+                                          description="FlowCon back-off cap (s)")
+    poll_s: float = Field(2.0, gt=0, le=60, description="how often logs are read (s)")
+    tail_bytes: int = Field(
+        1 << 20, ge=4096, description="at most this much of an existing log is read on discovery")
+
+    manager_url: str | None = Field(None, description="manager base URL (cluster mode)")
+    token_file: Path | None = Field(
+        None, description="bearer token file (default: the pod's service-account token)")
+    heartbeat_s: float = Field(10.0, gt=0, description="heartbeat interval (s)")
+    http_timeout_s: float = Field(5.0, gt=0, le=120, description="timeout of one manager call")
+    backoff_max_s: float = Field(60.0, gt=0, description="longest wait between retries (s)")
+
+    metrics_port: int = Field(9108, ge=0, le=65535, description="/metrics port (0: off)")
+    metrics_address: str = Field("0.0.0.0", description="address /metrics listens on")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileSource(settings_cls, cls._file_values))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AgentSettings:
+        if self.mode == "cluster" and not self.manager_url:
+            raise ValueError("cluster mode needs manager_url (--manager-url)")
+        return self
+
+    @property
+    def bearer_token_file(self) -> Path | None:
+        if self.token_file is not None:
+            return self.token_file
+        return SA_TOKEN if SA_TOKEN.exists() else None
+
+
+def _config_path(argv: Sequence[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return os.environ.get("SPECON_AGENT_CONFIG") or None
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise SettingsProblem(f"config file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SettingsProblem(f"config file {path}: not YAML ({exc.__class__.__name__})") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise SettingsProblem(f"config file {path}: must be a mapping of settings")
+    # The file may use the flags' kebab-case names too.
+    return {str(k).replace("-", "_"): v for k, v in doc.items()}
+
+
+def load_settings(argv: Sequence[str]) -> AgentSettings:
+    """Settings from ``argv``, the environment and the config file; :class:`SettingsProblem`
+    (one line) when they cannot be used. ``--help`` prints and raises SystemExit(0)."""
+    path = _config_path(argv)
+    AgentSettings._file_values = _read_file(path) if path else {}
+    try:
+        cli: CliSettingsSource[AgentSettings] = CliSettingsSource(
+            AgentSettings, cli_parse_args=list(argv), cli_exit_on_error=False)
+        return AgentSettings(_cli_settings_source=cli(args=list(argv)))  # type: ignore[call-arg]
+    except SettingsError as exc:
+        raise SettingsProblem(str(exc).splitlines()[0]) from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise SettingsProblem(f"{where}: {first['msg']}{more}") from None

@@ -1,0 +1,229 @@
+"""Incremental reading of log files: follows one path across rotation and truncation, and
+unwraps the container engines' log framings (Docker's json-file, the CRI format) into text lines.
+
+Nothing here re-reads a file: each poll reads only what was appended since the last one, a file
+found already large is read from its last ``tail_bytes`` only, and one poll reads at most
+``max_read`` bytes (the rest waits for the next poll).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+#: A line longer than this without a newline is dropped (counted), so a runaway writer cannot
+#: grow the agent's memory.
+MAX_LINE = 1 << 20
+
+
+@dataclass
+class TailStats:
+    rotations: int = 0
+    truncations: int = 0
+    bytes_read: int = 0
+    dropped_lines: int = 0
+
+
+class FileTail:
+    """Complete lines appended to ``path`` since the last call to :meth:`read_lines`.
+
+    Rotation (the path now names another file: Docker's json-file and the kubelet rename the
+    old one) is detected by inode: the old file is read to its end before the new one is
+    opened. Truncation in place (size below our position) starts again from the beginning.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        tail_bytes: int | None = 1 << 20,
+        max_read: int = 4 << 20,
+        stats: TailStats | None = None,
+    ) -> None:
+        self.path = Path(path)
+        # Only for the first file: after a rotation the new file is read from its start.
+        self._tail_bytes = tail_bytes
+        self.max_read = max_read
+        self.stats = stats if stats is not None else TailStats()
+        self._file: BinaryIO | None = None
+        self._ino: tuple[int, int] | None = None
+        self._partial = b""
+        self._skip_to_newline = False
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _open(self) -> bool:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115  (kept open across polls)
+        except OSError:
+            return False
+        st = os.fstat(f.fileno())
+        self._file = f
+        self._ino = (st.st_dev, st.st_ino)
+        self._partial = b""
+        if self._tail_bytes is not None and st.st_size > self._tail_bytes:
+            f.seek(st.st_size - self._tail_bytes)
+            self._skip_to_newline = True  # we landed inside a line
+        self._tail_bytes = None
+        return True
+
+    def _drain(self, budget: int) -> bytes:
+        assert self._file is not None
+        chunk = self._file.read(budget)
+        self.stats.bytes_read += len(chunk)
+        return chunk
+
+    def read_lines(self) -> list[bytes]:
+        if self._file is None and not self._open():
+            return []
+        assert self._file is not None
+        st = os.fstat(self._file.fileno())
+        if st.st_size < self._file.tell():
+            self.stats.truncations += 1
+            self._file.seek(0)
+            self._partial = b""
+            self._skip_to_newline = False
+        data = self._drain(self.max_read)
+        if len(data) < self.max_read and self._rotated():
+            # The old file is complete: take its rest, then switch to the new one.
+            data += self._drain(self.max_read - len(data))
+            lines = self._split(data, final=True)
+            self.close()
+            self.stats.rotations += 1
+            if self._open():
+                lines += self._split(self._drain(self.max_read), final=False)
+            return lines
+        return self._split(data, final=False)
+
+    def _rotated(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False  # gone, not replaced (yet): keep reading what we have
+        return (st.st_dev, st.st_ino) != self._ino
+
+    def _split(self, data: bytes, final: bool) -> list[bytes]:
+        if not data and not final:
+            return []
+        buf = self._partial + data
+        if self._skip_to_newline:
+            cut = buf.find(b"\n")
+            if cut < 0:
+                self._partial = b"" if len(buf) > MAX_LINE else buf
+                return []
+            buf = buf[cut + 1 :]
+            self._skip_to_newline = False
+        parts = buf.split(b"\n")
+        rest = parts.pop()
+        if final and rest:
+            parts.append(rest)  # an unterminated last line of a rotated file is still a line
+            rest = b""
+        if len(rest) > MAX_LINE:
+            self.stats.dropped_lines += 1
+            rest = b""
+            self._skip_to_newline = True
+        self._partial = rest
+        return parts
+
+
+@dataclass
+class Decoded:
+    """Text lines recovered from framed log lines, and how many framed lines were not valid."""
+
+    lines: list[str] = field(default_factory=list)
+    errors: int = 0
+
+
+class _StreamJoiner:
+    """Joins an engine's partial records (long lines split by the engine) per stream."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, str] = {}
+
+    def add(self, stream: str, text: str, complete: bool, out: list[str]) -> None:
+        pending = self._open.pop(stream, "") + text
+        if complete:
+            out.append(pending)
+        elif len(pending) <= MAX_LINE:
+            self._open[stream] = pending
+
+
+class DockerJsonDecoder:
+    """Docker's json-file driver: ``{"log": "text\\n", "stream": "stdout", "time": "..."}``.
+    The engine splits lines longer than 16 KiB into records without the trailing newline."""
+
+    def __init__(self) -> None:
+        self._join = _StreamJoiner()
+
+    def feed(self, raw: list[bytes]) -> Decoded:
+        out = Decoded()
+        for line in raw:
+            try:
+                rec = json.loads(line)
+                text = rec["log"]
+                stream = str(rec.get("stream", "stdout"))
+                if not isinstance(text, str):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                out.errors += 1
+                continue
+            complete = text.endswith("\n")
+            self._join.add(stream, text.rstrip("\n").rstrip("\r") if complete else text,
+                           complete, out.lines)
+        return out
+
+
+class CriDecoder:
+    """The CRI log format of ``/var/log/pods``: ``<RFC3339Nano> <stream> <P|F> <text>``; ``P``
+    marks a partial line continued by the next record of the same stream."""
+
+    def __init__(self) -> None:
+        self._join = _StreamJoiner()
+
+    def feed(self, raw: list[bytes]) -> Decoded:
+        out = Decoded()
+        for line in raw:
+            parts = line.decode("utf-8", "replace").split(" ", 3)
+            if len(parts) < 3 or parts[1] not in ("stdout", "stderr") or parts[2] not in ("P", "F"):
+                out.errors += 1
+                continue
+            text = parts[3] if len(parts) == 4 else ""
+            self._join.add(parts[1], text, parts[2] == "F", out.lines)
+        return out
+
+
+class PlainDecoder:
+    """A file written directly by the job (the SDK's JSON-lines progress file)."""
+
+    def feed(self, raw: list[bytes]) -> Decoded:
+        return Decoded(lines=[line.decode("utf-8", "replace").rstrip("\r") for line in raw])
+
+
+def decoder_for(kind: str) -> DockerJsonDecoder | CriDecoder | PlainDecoder:
+    if kind == "docker-json":
+        return DockerJsonDecoder()
+    if kind == "cri":
+        return CriDecoder()
+    if kind == "plain":
+        return PlainDecoder()
+    raise ValueError(f"unknown log format {kind!r}")
+
+
+def newest_cri_log(container_dir: Path) -> Path | None:
+    """The current log of a container under ``/var/log/pods/<ns>_<pod>_<uid>/<container>/``:
+    ``<restart count>.log``, the highest count (a restarted container writes a new file)."""
+    best: tuple[int, Path] | None = None
+    try:
+        entries = list(container_dir.iterdir())
+    except OSError:
+        return None
+    for p in entries:
+        stem, dot, ext = p.name.partition(".")
+        if ext == "log" and dot and stem.isdigit() and (best is None or int(stem) > best[0]):
+            best = (int(stem), p)
+    return None if best is None else best[1]
