@@ -197,8 +197,9 @@ def test_request_without_rbac_permission_is_refused(
     with pytest.raises(ApiException) as elsewhere:
         core.list_namespaced_pod("default")
     assert elsewhere.value.status == 403
-    res = plane.kubectl("delete", "pods", "--all", "-n", ns, kubeconfig=kubeconfig, check=False)
+    res = plane.kubectl("create", "configmap", "c", "-n", ns, kubeconfig=kubeconfig, check=False)
     assert res.returncode != 0 and "forbidden" in res.stderr.lower()
+    assert "reader" in res.stderr  # refused for this ServiceAccount, not for a bad token
 
 
 class _Extender(BaseHTTPRequestHandler):
