@@ -238,25 +238,32 @@ def extender() -> Iterator[Any]:
     server.server_close()
 
 
-def test_second_scheduler_calls_the_extender(
-    plane: Plane, nodes: list[str], plane_namespace: str, core: client.CoreV1Api, extender: Any
+@pytest.mark.parametrize("scheduler", ["specon-test", "default-scheduler"])
+def test_scheduler_with_extender_places_pods_where_the_extender_says(
+    plane: Plane, nodes: list[str], plane_namespace: str, core: client.CoreV1Api, extender: Any,
+    scheduler: str,
 ) -> None:
+    # "specon-test" runs beside the default scheduler (pods pick it by schedulerName);
+    # "default-scheduler" replaces the plane's own scheduler, then the plain one is put back.
     ns = plane_namespace
     extender.only = nodes[1]
     port = extender.server_address[1]
-    plane.run_scheduler("specon-test", extenders=[{
+    plane.run_scheduler(scheduler, extenders=[{
         "urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter",
         "nodeCacheCapable": True, "weight": 1,
     }])
     try:
         for i in range(2):
             plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(
-                pod_manifest(f"e{i}", schedulerName="specon-test")))
+                pod_manifest(f"e{i}", schedulerName=scheduler)))
         for i in range(2):
             pod = wait_for(f"pod e{i} Running", running(core, ns, f"e{i}"))
             assert pod.spec.node_name == nodes[1]
     finally:
-        plane.stop_scheduler("specon-test")
+        if scheduler == "default-scheduler":
+            plane.reset_scheduler()
+        else:
+            plane.stop_scheduler(scheduler)
     paths = {path for path, _ in extender.calls}
     assert paths == {"/filter"}
     _, body = extender.calls[0]
