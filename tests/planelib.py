@@ -8,6 +8,7 @@ Fixtures (registered for every test folder by tests/conftest.py):
   (exported by hack/test.d/10-testplane.sh) or the build cache. Missing binaries fail the test,
   unless ``SPECON_SKIP_PLANE=1`` asks to skip; under ``CI=true`` nothing is ever skipped.
 - ``plane`` (session): a running :class:`Plane`, torn down at the end of the session.
+  ``plane_bin / "helm"`` is Helm 3, built alongside for the chart tests.
 - ``plane_namespace`` (function): a fresh namespace in it, deleted after the test.
 
 :class:`Plane`, the API a test uses:
@@ -17,7 +18,8 @@ Fixtures (registered for every test folder by tests/conftest.py):
   installed kubectl against the plane; ``api_client()`` returns a ``kubernetes.client.ApiClient``.
 - ``add_nodes(n, cpu="4", memory="8Gi", pods=110, prefix="kwok-node", labels=None)`` creates
   KWOK nodes with that capacity (also allocatable) and waits until they are Ready; returns the
-  names. ``delete_node(name)`` removes one.
+  names (the prefix must be unique in the session: every test module shares the plane).
+  ``delete_node(name)`` removes one.
 - ``complete_pod(namespace, name, phase="Succeeded"|"Failed")`` ends a running pod, as its
   process exiting would (it sets the annotation ``specon.test/complete`` that the KWOK stages in
   hack/testplane/kwok-stages.yaml act on). Pods otherwise stay Running: KWOK reports each
@@ -30,7 +32,8 @@ Fixtures (registered for every test folder by tests/conftest.py):
   "prioritizeVerb": "prioritize", "weight": 1, "nodeCacheCapable": False}]``); ``config`` is
   merged over the generated KubeSchedulerConfiguration (top-level keys replace). Returns
   once the scheduler answers /healthz. ``stop_scheduler(name)`` stops one;
-  ``reset_scheduler()`` puts the plain default scheduler back.
+  ``reset_scheduler()`` puts the plain default scheduler back. The plane is shared by the whole
+  session: a test that replaces the default scheduler resets it when done.
 - ``service_account_kubeconfig(namespace, name, rules=None, cluster_rules=None)`` creates a
   ServiceAccount (and a Role / ClusterRole bound to it when rules are given, each rule a
   PolicyRule dict), requests a token for it and writes a kubeconfig that acts as it.
@@ -340,11 +343,8 @@ class Plane:
             comp.stop()
 
     def reset_scheduler(self) -> None:
-        """Only the plain default scheduler runs afterwards."""
-        for name, comp in list(self.components.items()):
-            if name.startswith("kube-scheduler-") and comp.running():
-                comp.stop()
-        self._start_scheduler(DEFAULT_SCHEDULER, None, None)
+        """Put the plain default scheduler back (schedulers with other names keep running)."""
+        self.run_scheduler(DEFAULT_SCHEDULER)
 
     # -- clients -------------------------------------------------------------------------------
     def kubectl(
