@@ -7,6 +7,7 @@ the Kubernetes API), also in one line.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import sys
@@ -130,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # `kill -USR1` prints every thread's stack: what an operator needs for a stuck agent.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if settings.metrics_port:
         from prometheus_client import start_http_server
 
