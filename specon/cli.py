@@ -110,8 +110,11 @@ def _pct(v: float) -> str:
 def _summary_table(mx: Matrix) -> Table:
     t = Table(title=f"{mx.name}: mean over {len(mx.seeds)} seed(s), ± 95% interval",
               title_justify="left")
+    first = mx.runs[mx.policies[0]][0].summary()
+    qos = [k for k in ("targets", "deadlines") if first[k]]
     for col in ("policy", "avg completion s", "vs default", "p50 s", "p95 s", "makespan s",
-                "vs default", "time to 90% s", "migrations", "headroom captured"):
+                "vs default", "time to 90% s", "migrations", "headroom captured",
+                *(f"{k} met" for k in qos)):
         t.add_column(col, justify="left" if col == "policy" else "right")
     for p in mx.policies:
         avg = mx.metric(p, "avg_completion_s")
@@ -128,6 +131,7 @@ def _summary_table(mx: Matrix) -> Table:
             _fmt(mx.metric(p, "avg_time_to_90_s").mean),
             _fmt(mx.metric(p, "migrations").mean),
             "" if is_ref else _pct(mx.headroom(p, "avg_completion_s").mean).lstrip("+"),
+            *(f"{mx.metric(p, k + '_met').mean:.1f} / {first[k]}" for k in qos),
         )
     return t
 
@@ -168,7 +172,9 @@ def simulate(
     target: Annotated[str, typer.Argument(
         help=f"A workload file, or a built-in experiment: {', '.join(EXPERIMENTS)}.")
     ] = DEFAULT_EXPERIMENT,
-    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = ",".join(POLICIES),
+    policies: Annotated[str, typer.Option(
+        help="Comma-separated policies, or 'auto': every policy, with dqoes and deadline only "
+        "when the workload has targets or deadlines.")] = "auto",
     seeds: Annotated[str, typer.Option(help="A count (5 = seeds 0-4) or a list (1,2,7 or 0-9).")
                      ] = "5",
     alpha: Annotated[float | None, typer.Option(help=_ALPHA_HELP)] = None,
@@ -184,6 +190,14 @@ def simulate(
     """Compare scheduling policies on a workload, side by side, over several seeds."""
     name, build = _target(target)
     seed_list = _seeds(seeds)
+    if policies == "auto":
+        sample: Workload = build(seed_list[0])  # type: ignore[operator]
+        skip = set()
+        if not any(j.target_loss is not None for j in sample.jobs):
+            skip.add("dqoes")
+        if not any(j.deadline_s is not None for j in sample.jobs):
+            skip.add("deadline")
+        policies = ",".join(p for p in POLICIES if p not in skip)
     pols = _policies(policies)
     out_dir = out or Path("results") / name
     if sweep:

@@ -24,6 +24,7 @@ from specon.core import flowcon
 from specon.core.categorize import Category, JobState, categorize
 from specon.core.flowcon import FlowConParams, FlowConState
 from specon.core.growth import LossTrack
+from specon.core.predict import fit_curve
 from specon.core.rebalance import PlacedJob, plan_rebalance
 from specon.core.scoring import WorkerView, choose_host
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
@@ -31,6 +32,13 @@ from specon.sim.model import JobResult, Policy, RunResult, SimConfig
 from specon.workload.models import JobSpec, Profile, Workload
 
 ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
+#: A job is "on track" when its predicted time is within this share of the time it has left.
+QOS_MARGIN = 0.9
+#: Priority levels of the QoS policies beyond the at-risk ones (which use their laxity in s).
+ON_TRACK = 10**9
+GIVEN_UP = 2 * 10**9
+#: Sharing modes that re-divide the CPU at every interval.
+TICKED_SHARES = ("las", "slaq", "dqoes", "deadline")
 
 
 def smoothed(loss: Sequence[float], window: int = 5) -> list[float]:
@@ -74,9 +82,25 @@ class _Probe:
 
 class _Job:
     __slots__ = (
-        "attained", "cat", "cat_probe", "cores", "done", "flow", "iter_cost", "last_eff",
-        "max_cores", "milestones", "profile", "rate", "rebalanced", "result", "spec", "state",
-        "version", "worker",
+        "attained",
+        "cat",
+        "cat_probe",
+        "cores",
+        "done",
+        "end_iter",
+        "flow",
+        "iter_cost",
+        "last_eff",
+        "max_cores",
+        "milestones",
+        "profile",
+        "rate",
+        "rebalanced",
+        "result",
+        "spec",
+        "state",
+        "version",
+        "worker",
     )
 
     def __init__(self, spec: JobSpec, profile: Profile, milestones: list[tuple[float, str]]):
@@ -97,6 +121,12 @@ class _Job:
         self.last_eff: float | None = None
         self.rebalanced = False
         self.milestones = milestones  # (iteration, kind) ascending
+        #: Where the job ends: its last iteration, or its target when it stops there.
+        self.end_iter = float(profile.iterations)
+        if spec.stop_at_target:
+            for it, kind in milestones:
+                if kind == "target":
+                    self.end_iter = min(self.end_iter, it)
         self.result = JobResult(
             name=spec.name, profile=spec.profile, submit_s=spec.submit_s,
             target_loss=spec.target_loss, deadline_s=spec.deadline_s,
@@ -191,7 +221,7 @@ class Simulator:
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
         for job in self.jobs.values():
             self.push(job.spec.submit_s, ARRIVE, job.spec.name)
-        if self.policy.specon or self.policy.share in ("las", "slaq"):
+        if self.policy.specon or self.policy.share in TICKED_SHARES:
             self.push(self.cfg.interval_s, TICK)
         while self.heap and self.remaining > 0:
             t, _, kind, key, version = heapq.heappop(self.heap)
@@ -229,7 +259,7 @@ class Simulator:
             for job in w.jobs.values():
                 if job.rate > 0:
                     before = job.done
-                    job.done = min(job.done + job.rate * dt, job.profile.iterations)
+                    job.done = min(job.done + job.rate * dt, job.end_iter)
                     while job.milestones and job.milestones[0][0] <= job.done + 1e-9:
                         it, kind = job.milestones.pop(0)
                         at = w.last_t + max(0.0, it - before) / job.rate
@@ -252,6 +282,8 @@ class Simulator:
             th = self.cfg.las_thresholds
             levels = [sum(1 for x in th if j.attained >= x) for j in jobs]
             cores = by_priority(w.cpus, caps, levels)
+        elif self.policy.share in ("dqoes", "deadline"):
+            cores = by_priority(w.cpus, caps, [self._qos_level(j, w) for j in jobs])
         elif self.policy.share == "slaq":
             value = [self._slaq_value(j) for j in jobs]
             cores = greedy_marginal(
@@ -266,11 +298,56 @@ class Simulator:
             total += c
             job.version += 1
             if job.rate > 0:
-                left = max(0.0, job.profile.iterations - job.done)
+                left = max(0.0, job.end_iter - job.done)
                 self.push(self.now + left / job.rate, FINISH, job.spec.name, job.version)
             if self.cfg.record_timeline:
                 self.shares.setdefault(job.spec.name, []).append((self.now, w.name, c))
         self._record(self.cpu[w.name], total)
+
+    def _qos_level(self, job: _Job, w: _Worker) -> int:
+        """Priority for the QoS policies (lower first).
+
+        At-risk jobs that more CPU can still save come first, least laxity first (laxity =
+        time left minus the time needed at full speed); then jobs on track and jobs without
+        a target or deadline (equal shares); last, jobs already done with their target or
+        that cannot make it even with every core they can use. ``dqoes`` judges the time to
+        the target loss, predicted from the loss curve so far; ``deadline`` the time to
+        completion from the steps left.
+        """
+        spec = job.spec
+        if self.policy.share == "dqoes":
+            if spec.target_loss is None:
+                return ON_TRACK
+            if job.result.target_reached_s is not None:
+                return GIVEN_UP
+            steps = self._steps_to_target(job)
+            if steps is None:
+                return ON_TRACK
+        else:
+            if spec.deadline_s is None:
+                return ON_TRACK
+            steps = max(0.0, job.end_iter - job.done)
+        if math.isinf(steps):
+            return GIVEN_UP
+        left = (spec.submit_s + spec.deadline_s - self.now) if spec.deadline_s else math.inf
+        best = steps / (job.profile.speed(job.max_cores) * w.speed / job.iter_cost)
+        if steps / max(job.rate, 1e-12) <= QOS_MARGIN * left:
+            return ON_TRACK
+        if best > left:
+            return GIVEN_UP
+        return min(ON_TRACK - 1, int(left - best))
+
+    def _steps_to_target(self, job: _Job) -> float | None:
+        """Steps still needed to reach the target, from a learning curve fitted so far."""
+        k = job.logged()
+        if k < 5 or job.spec.target_loss is None:
+            return None
+        n = len(job.profile.loss)
+        steps = [(i + 1) * job.profile.iterations / n for i in range(k)]
+        fit = fit_curve(steps, job.profile.loss[:k])
+        if fit is None:
+            return None
+        return max(0.0, fit.step_for(job.spec.target_loss) - job.done)
 
     def _slaq_value(self, job: _Job) -> float:
         """Predicted normalised loss reduction per unit of relative speed (optimistic if new)."""
@@ -366,7 +443,7 @@ class Simulator:
     def _finish(self, job: _Job) -> None:
         w = self.workers[job.worker or ""]
         self._advance(w)
-        job.done = float(job.profile.iterations)
+        job.done = job.end_iter
         job.state = "done"
         job.result.finish_s = self.now
         self._leave(job, w)
@@ -420,7 +497,7 @@ class Simulator:
             self._advance(w)
             if self.policy.specon:
                 requests.extend(self._categorize(w))
-            if self.policy.share in ("las", "slaq"):
+            if self.policy.share in TICKED_SHARES:
                 if self.policy.share == "slaq" and not self.policy.flowcon:
                     self._measure(w)
                 self._allocate(w)

@@ -180,6 +180,54 @@ def scale_test(seed: int, n_jobs: int = 10_000, workers: int = 500) -> Workload:
     return _build(f"{n_jobs} Philly-derived jobs on {workers} workers", workers, jobs)
 
 
+def _solo_seconds(profile: Profile, iterations: float, scale: float) -> float:
+    """Seconds the job needs alone on one core of a speed-1 worker."""
+    return iterations * profile.cpu_seconds_per_iteration * scale / profile.speed(
+        best_cores(profile))
+
+
+def targets_short(seed: int) -> Workload:
+    """60 jobs in [0, 300] s on 3 workers, each with a target loss and a time budget for it.
+
+    The target is the loss level of 85-97% of the job's total reduction; the budget is
+    1.5-4x the time the job needs alone to reach it. Jobs stop at their target (DQoES).
+    """
+    from specon.sim.engine import milestone_iteration, smoothed
+
+    rng = random.Random(seed)
+    profs = shipped_profiles()
+    names = sorted(profs)
+    jobs: list[dict[str, Any]] = []
+    for i, t in enumerate(sorted(rng.uniform(0.0, 300.0) for _ in range(60))):
+        name = rng.choice(names)
+        prof = profs[name]
+        sm = smoothed(prof.loss)
+        level = sm[0] - rng.uniform(0.85, 0.97) * (sm[0] - min(sm))
+        reach = milestone_iteration(prof, level) or prof.iterations
+        budget = rng.uniform(1.5, 4.0) * _solo_seconds(prof, reach, PAPER_WORK_SCALE)
+        jobs.append({"name": f"job-{i + 1:02d}", "profile": name, "submit_s": round(t, 3),
+                     "work_scale": PAPER_WORK_SCALE, "target_loss": round(level, 6),
+                     "deadline_s": round(budget, 1), "stop_at_target": True})
+    return _build("60 jobs with target losses and time budgets on 3 workers", 3, jobs)
+
+
+def deadlines_short(seed: int) -> Workload:
+    """40 jobs in [0, 300] s on 3 workers, each with a completion deadline of 2-10x its
+    solo run time (resources are short: not every deadline can be met)."""
+    rng = random.Random(seed)
+    profs = shipped_profiles()
+    names = sorted(profs)
+    jobs: list[dict[str, Any]] = []
+    for i, t in enumerate(sorted(rng.uniform(0.0, 300.0) for _ in range(40))):
+        name = rng.choice(names)
+        prof = profs[name]
+        solo = _solo_seconds(prof, prof.iterations, PAPER_WORK_SCALE)
+        jobs.append({"name": f"job-{i + 1:02d}", "profile": name, "submit_s": round(t, 3),
+                     "work_scale": PAPER_WORK_SCALE,
+                     "deadline_s": round(rng.uniform(2.0, 10.0) * solo, 1)})
+    return _build("40 jobs with completion deadlines on 3 workers", 3, jobs)
+
+
 @dataclass(frozen=True)
 class Experiment:
     name: str
@@ -195,6 +243,10 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment("paper-vae20", vae20, "20 VAE jobs every 50 s, 4 workers"),
         Experiment("paper-50x8", mixed50, "50 mixed jobs at random in [0, 1200] s, 8 workers"),
         Experiment("philly-160", philly, "160 Philly-derived jobs (Pollux arrivals), 8 workers"),
+        Experiment("targets-short", targets_short,
+                   "60 jobs with target losses and time budgets, 3 workers (resource-short)"),
+        Experiment("deadlines-short", deadlines_short,
+                   "40 jobs with completion deadlines, 3 workers (resource-short)"),
     )
 }
 DEFAULT_EXPERIMENT = "paper-30"

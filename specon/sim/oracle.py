@@ -20,6 +20,7 @@ def simulate_oracle(workload: Workload, seed: int | None = 0) -> RunResult:
     jobs = sorted(workload.jobs, key=lambda j: (j.submit_s, j.name))
     results: dict[str, JobResult] = {}
     left: dict[str, float] = {}  # remaining iterations
+    total: dict[str, float] = {}  # iterations to run (fewer when it stops at its target)
     cost: dict[str, float] = {}
     cap: dict[str, float] = {}
     marks: dict[str, list[tuple[float, str]]] = {}
@@ -53,9 +54,9 @@ def simulate_oracle(workload: Workload, seed: int | None = 0) -> RunResult:
             r = rates[n]
             if r <= 0:
                 continue
-            before = workload.profiles[specs[n].profile].iterations - left[n]
+            before = total[n] - left[n]
             left[n] -= r * dt
-            done = workload.profiles[specs[n].profile].iterations - left[n]
+            done = total[n] - left[n]
             while marks[n] and marks[n][0][0] <= done + 1e-9:
                 it, kind = marks[n].pop(0)
                 at = now + max(0.0, it - before) / r
@@ -63,7 +64,7 @@ def simulate_oracle(workload: Workload, seed: int | None = 0) -> RunResult:
                     results[n].reached_90_s = at
                 else:
                     results[n].target_reached_s = at
-            if left[n] <= 1e-9 * max(1.0, workload.profiles[specs[n].profile].iterations):
+            if left[n] <= 1e-9 * max(1.0, total[n]):
                 results[n].finish_s = t_next
                 active.remove(n)
         now = t_next
@@ -72,14 +73,18 @@ def simulate_oracle(workload: Workload, seed: int | None = 0) -> RunResult:
             _, n = heapq.heappop(arrivals)
             spec = specs[n]
             prof = workload.profiles[spec.profile]
-            left[n] = float(prof.iterations)
-            cost[n] = prof.cpu_seconds_per_iteration * spec.work_scale
-            cap[n] = spec.cores if spec.cores is not None else prof.max_cores
             ms = [(ninety_iteration(prof), "90")]
             if spec.target_loss is not None:
                 reach = milestone_iteration(prof, spec.target_loss)
                 if reach is not None:
                     ms.append((reach, "target"))
+            end = float(prof.iterations)
+            if spec.stop_at_target:
+                end = min([end] + [it for it, kind in ms if kind == "target"])
+            left[n] = end
+            total[n] = end
+            cost[n] = prof.cpu_seconds_per_iteration * spec.work_scale
+            cap[n] = spec.cores if spec.cores is not None else prof.max_cores
             marks[n] = sorted(ms)
             results[n] = JobResult(
                 name=n, profile=spec.profile, submit_s=spec.submit_s, start_s=now,

@@ -99,6 +99,8 @@ class JobSpec(_Strict):
     target_loss: Annotated[float, Field(allow_inf_nan=False)] | None = None
     deadline_s: Positive | None = None
     migratable: bool = True
+    #: Extension (v1, optional): the job stops once its target loss is reached.
+    stop_at_target: bool = False
     #: Optional: threads the job runs with (defaults to the profile's largest speedup key).
     cores: Positive | None = None
 
