@@ -1,0 +1,167 @@
+"""The Helm chart rendered by the real helm (built with the test plane): lint, schema
+refusals, shipped defaults, each actuator's exact host access, the scheduler wiring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from deploylib import ACTUATORS, CHART, docs, find, helm, one, pod_spec, render
+
+from specon import defaults
+
+pytestmark = pytest.mark.plane
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("helm")
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("actuator", ACTUATORS)
+def test_helm_lint_passes(plane_bin: Path, home: Path, actuator: str) -> None:
+    res = helm(plane_bin, "lint", "--strict", str(CHART), "--set", f"agent.actuator={actuator}",
+               home=home)
+    assert "1 chart(s) linted, 0 chart(s) failed" in res.stdout
+
+
+@pytest.mark.parametrize(("values", "where"), [
+    ({"agent.actuator": "podman"}, "/agent/actuator"),
+    ({"algorithm.alpha": -0.1}, "/algorithm/alpha"),
+    ({"algorithm.alhpa": 0.1}, "alhpa"),
+    ({"scheduler.schedulerName": "default-scheduler"}, "/scheduler/schedulerName"),
+    ({"scheduler.mode": "replace"}, "/scheduler/mode"),
+    ({"agent.logDirs": ["var/log/pods"]}, "/agent/logDirs/0"),
+    ({"sharedVolume.size": "lots"}, "/sharedVolume/size"),
+])
+def test_bad_values_fail_with_a_message_naming_the_value(
+        plane_bin: Path, home: Path, values: dict[str, Any], where: str) -> None:
+    from deploylib import set_args
+
+    res = helm(plane_bin, "template", "x", str(CHART), *set_args(values), home=home, check=False)
+    assert res.returncode != 0
+    assert "don't meet the specifications of the schema" in res.stderr
+    assert where in res.stderr, res.stderr
+
+
+def test_defaults_are_the_shipped_parameters(plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home))
+    manager = one(objs, "Deployment", "specon-manager")
+    env = env_of(pod_spec(manager)["containers"][0])
+    assert float(env["SPECON_MANAGER_ALPHA"]) == defaults.ALPHA
+    assert float(env["SPECON_MANAGER_INTERVAL_S"]) == defaults.INTERVAL_S
+    assert float(env["SPECON_MANAGER_FLOWCON_ALPHA"]) == defaults.FLOWCON_ALPHA
+    assert float(env["SPECON_MANAGER_FLOWCON_BETA"]) == defaults.FLOWCON_BETA
+    assert (float(env["SPECON_MANAGER_WEIGHT_PROGRESSING"]),
+            float(env["SPECON_MANAGER_WEIGHT_WATCHING"]),
+            float(env["SPECON_MANAGER_WEIGHT_CONVERGED"])) == defaults.WEIGHTS
+    agent_env = env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])
+    assert float(agent_env["SPECON_AGENT_ALPHA"]) == defaults.ALPHA
+    assert float(agent_env["SPECON_AGENT_INTERVAL_S"]) == defaults.INTERVAL_S
+    # Every setting the chart passes is one the programs know (their settings forbid extras).
+    from specon_agent.settings import AgentSettings
+    from specon_manager.settings import ManagerSettings
+
+    for name in env:
+        if name.startswith("SPECON_MANAGER_"):
+            assert name[15:].lower() in ManagerSettings.model_fields, name
+    for name in agent_env:
+        if name.startswith("SPECON_AGENT_"):
+            assert name[13:].lower() in AgentSettings.model_fields, name
+
+
+def host_access(objs: list[dict[str, Any]]) -> dict[str, bool]:
+    """hostPath -> mounted read-only, for the agent's container."""
+    spec = pod_spec(one(objs, "DaemonSet"))
+    paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = spec["containers"][0]["volumeMounts"]
+    return {paths[m["name"]]: bool(m.get("readOnly")) for m in mounts if m["name"] in paths}
+
+
+@pytest.mark.parametrize(("actuator", "expected"), [
+    ("docker", {"/var/log/pods": True, "/var/lib/docker/containers": True,
+                "/var/run/docker.sock": False}),
+    ("cgroup", {"/var/log/pods": True, "/sys/fs/cgroup": False}),
+    ("resize", {"/var/log/pods": True}),
+])
+def test_agent_gets_exactly_its_actuators_host_access(
+        plane_bin: Path, home: Path, actuator: str, expected: dict[str, bool]) -> None:
+    objs = docs(render(plane_bin, home, {"agent.actuator": actuator}))
+    assert host_access(objs) == expected
+    spec = pod_spec(one(objs, "DaemonSet"))
+    assert not spec.get("hostPID") and not spec.get("hostNetwork") and not spec.get("hostIPC")
+    sec = spec["containers"][0]["securityContext"]
+    assert not sec.get("privileged")
+    assert sec["capabilities"] == {"drop": ["ALL"]}
+    assert sec["readOnlyRootFilesystem"] is True
+    rules = one(objs, "ClusterRole", "specon-agent")["rules"]
+    resources = {r for rule in rules for r in rule["resources"]}
+    assert ("pods/resize" in resources) == (actuator == "resize")
+
+
+def test_second_scheduler_calls_the_managers_extender(plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home, {"scheduler.schedulerName": "specon"}))
+    cfg = yaml.safe_load(one(objs, "ConfigMap", "specon-scheduler")["data"]["config.yaml"])
+    assert cfg["kind"] == "KubeSchedulerConfiguration"
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["specon"]
+    (ext,) = cfg["extenders"]
+    svc = one(objs, "Service", "specon-manager")
+    port = svc["spec"]["ports"][0]["port"]
+    assert ext["urlPrefix"] == f"http://specon-manager.specon-system.svc:{port}"
+    assert (ext["filterVerb"], ext["prioritizeVerb"]) == ("filter", "prioritize")
+    assert ext["nodeCacheCapable"] is True and ext["ignorable"] is True
+    deploy = one(objs, "Deployment", "specon-scheduler")
+    container = pod_spec(deploy)["containers"][0]
+    assert container["image"] == "registry.k8s.io/kube-scheduler:v1.33.13"
+    assert "--config=/etc/specon-scheduler/config.yaml" in container["command"]
+    env = env_of(pod_spec(one(objs, "Deployment", "specon-manager"))["containers"][0])
+    assert env["SPECON_MANAGER_SCHEDULER_NAME"] == "specon"
+
+
+def test_existing_scheduler_mode_renders_only_the_snippet(plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home, {"scheduler.mode": "existing"}))
+    assert not find(objs, "Deployment", "specon-scheduler")
+    snippet = yaml.safe_load(one(objs, "ConfigMap", "specon-extender")["data"]["extenders.yaml"])
+    assert snippet["extenders"][0]["urlPrefix"].startswith("http://specon-manager.")
+
+
+def test_every_workload_runs_as_its_own_service_account(plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home))
+    accounts = {o["metadata"]["name"] for o in find(objs, "ServiceAccount")}
+    used = {pod_spec(o)["serviceAccountName"] for o in objs
+            if o["kind"] in ("Deployment", "DaemonSet")}
+    assert used == accounts == {"specon-manager", "specon-agent", "specon-scheduler"}
+    for b in find(objs, "ClusterRoleBinding") + find(objs, "RoleBinding"):
+        assert [s["name"] for s in b["subjects"]] in (["specon-manager"], ["specon-agent"],
+                                                      ["specon-scheduler"])
+
+
+def test_shared_volume_claim_or_existing(plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home, {"sharedVolume.storageClass": "nfs"}))
+    pvc = one(objs, "PersistentVolumeClaim", "specon-shared")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["storageClassName"] == "nfs"
+    objs = docs(render(plane_bin, home, {"sharedVolume.existingClaim": "mine"}))
+    assert not find(objs, "PersistentVolumeClaim")
+    vols = pod_spec(one(objs, "DaemonSet"))["volumes"]
+    assert {"name": "shared", "persistentVolumeClaim": {"claimName": "mine"}} in vols
+
+
+def test_dashboards_and_service_monitor_are_optional(plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home))
+    assert not find(objs, "ServiceMonitor")
+    assert not [o for o in find(objs, "ConfigMap") if "dashboard" in o["metadata"]["name"]]
+    objs = docs(render(plane_bin, home, {"metrics.dashboards.enabled": True,
+                                         "metrics.serviceMonitor.enabled": True}))
+    assert len(find(objs, "ServiceMonitor")) == 2
+    boards = [o for o in find(objs, "ConfigMap") if "dashboard" in o["metadata"]["name"]]
+    assert {o["metadata"]["name"] for o in boards} == {"specon-dashboard-cluster",
+                                                      "specon-dashboard-job"}
+    for o in boards:
+        assert o["metadata"]["labels"]["grafana_dashboard"] == "1"
