@@ -129,9 +129,14 @@ class Job:
                 os.sched_setaffinity(0, cpu_set)
 
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            list(command), env=env, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=pin
-        )
+        try:
+            self.proc = subprocess.Popen(
+                list(command), env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                preexec_fn=pin,
+            )
+        except OSError as exc:
+            self._log.close()
+            raise RecordError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
         self.finished: Finished | None = None
 
     def poll(self) -> Finished | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specon_examples._common import Job, digits, minibatch, run
 
-ITERATIONS = 5000
+ITERATIONS = 7000
 
 
 def build() -> Job:

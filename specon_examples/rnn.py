@@ -5,7 +5,7 @@ from __future__ import annotations
 from specon_examples._common import Job, run
 from specon_examples._rows import build_rows
 
-ITERATIONS = 4000
+ITERATIONS = 6000
 
 
 def build() -> Job:

@@ -82,6 +82,8 @@ def test_a_job_that_reports_nothing_is_refused_with_the_reason(tmp_path):
     with pytest.raises(RecordError, match="no progress records"):
         record_profile([sys.executable, "-c", "print('loss=1.0')"], "x", cores=[1],
                        workdir=tmp_path)
+    with pytest.raises(RecordError, match="cannot start"):
+        record_profile([str(tmp_path / "no-such-program")], "x", cores=[1], workdir=tmp_path)
     with pytest.raises(RecordError, match="exited with 3"):
         record_profile([sys.executable, "-c", "raise SystemExit(3)"], "x", cores=[1],
                        workdir=tmp_path)
