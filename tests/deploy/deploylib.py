@@ -58,7 +58,8 @@ def docs(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-def find(objs: Iterable[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+def find(objs: Iterable[dict[str, Any]], kind: str,
+         name: str | None = None) -> list[dict[str, Any]]:
     return [o for o in objs if o["kind"] == kind
             and (name is None or o["metadata"]["name"] == name)]
 

@@ -165,3 +165,11 @@ def test_dashboards_and_service_monitor_are_optional(plane_bin: Path, home: Path
                                                       "specon-dashboard-job"}
     for o in boards:
         assert o["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+def test_committed_plain_manifests_are_the_charts_rendering(plane_bin: Path, home: Path) -> None:
+    from deploylib import DEPLOY
+
+    committed = (DEPLOY / "specon.yaml").read_text()
+    fresh = render(plane_bin, home, release="specon", namespace="specon-system")
+    assert committed.endswith(fresh), "deploy/specon.yaml is stale: run hack/render-deploy.sh"

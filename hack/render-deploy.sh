@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Renders deploy/specon.yaml (plain manifests for users without Helm) from charts/specon with the
+# default values, for namespace specon-system. Run after any chart change and commit the output;
+# tests/deploy checks that the committed file is what the chart renders.
+# Helm: $HELM, else `helm` on PATH, else the one hack/testplane/build.sh built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+HELM=${HELM:-$(command -v helm || echo "$(bash hack/testplane/build.sh --print)/helm")}
+KUBE_VERSION=${KUBE_VERSION:-v1.33.13}
+out=deploy/specon.yaml
+{
+  cat <<'HEAD'
+# SpeCon, plain manifests rendered from charts/specon with its default values by
+# hack/render-deploy.sh (do not edit by hand). Namespace specon-system; images specon/manager and
+# specon/agent (build them from Dockerfile.manager and Dockerfile.agent and push them to your
+# registry). Before applying, put the agents' tokens in Secret specon-agent-tokens (key "tokens":
+# one "TOKEN NODE" line per node; one key per node name holding that node's token):
+# docs/user-guide.md, "Without Helm".
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: specon-system
+HEAD
+  "$HELM" template specon charts/specon --namespace specon-system --kube-version "$KUBE_VERSION"
+} >"$out.tmp"
+mv "$out.tmp" "$out"
+echo "wrote $out" >&2
