@@ -19,6 +19,7 @@ rate limit; a job is migrated at most once (and rebalanced at most once).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -119,6 +120,50 @@ def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str
     return None
 
 
+def _pin_term(node: str) -> dict[str, Any]:
+    return {"key": "metadata.name", "operator": "In", "values": [node]}
+
+
+def pinned(spec: dict[str, Any], node: str) -> dict[str, Any]:
+    """A copy of a pod spec that can only be scheduled onto ``node``: a required node-affinity
+    field term, added to every existing term (terms are ORed, a term's parts ANDed). This holds
+    even while the extender is away (``ignorable: true``)."""
+    out = copy.deepcopy(spec)
+    affinity = out.setdefault("affinity", {})
+    node_aff = affinity.setdefault("nodeAffinity", {})
+    required = node_aff.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    for term in terms:
+        term.setdefault("matchFields", []).append(_pin_term(node))
+    required["nodeSelectorTerms"] = terms
+    return out
+
+
+def unpinned(spec: dict[str, Any], node: str) -> dict[str, Any]:
+    """``spec`` without what :func:`pinned` added."""
+    out = copy.deepcopy(spec)
+    affinity = out.get("affinity") or {}
+    node_aff = affinity.get("nodeAffinity") or {}
+    required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = []
+    for term in required.get("nodeSelectorTerms") or ():
+        fields = [f for f in term.get("matchFields") or () if f != _pin_term(node)]
+        term = {k: v for k, v in term.items() if k != "matchFields"}
+        if fields:
+            term["matchFields"] = fields
+        if term:
+            terms.append(term)
+    if terms:
+        required["nodeSelectorTerms"] = terms
+    else:
+        node_aff.pop("requiredDuringSchedulingIgnoredDuringExecution", None)
+    if not node_aff:
+        affinity.pop("nodeAffinity", None)
+    if not affinity:
+        out.pop("affinity", None)
+    return out
+
+
 class MigrationController:
     """Runs migrations; thread-safe (agents' requests and the reconcile loop both call it)."""
 
@@ -150,6 +195,12 @@ class MigrationController:
     def busy_nodes(self) -> set[str]:
         with self._lock:
             return {n for m in self._migrations.values() for n in (m.source, m.target)}
+
+    def cordoned(self) -> set[str]:
+        """Nodes marked unschedulable: never a target (asked at each decision, so a cordon is
+        seen at once; the field selector keeps the answer small)."""
+        return {meta(n)["name"] for n in self.kube.list(
+            "/api/v1/nodes", fieldSelector="spec.unschedulable=true")}
 
     def reallocate(self, node: str, req: ReallocationRequest) -> ReallocationReply:
         if not self.leader:
@@ -209,10 +260,12 @@ class MigrationController:
                 return ReallocationReply(decision="refused",
                                          reason=f"a migration is in flight on node {source}")
             now = self.clock()
+            cordoned = self.cordoned()
             if target is None:
                 found = self.state.find_job(ns, name)
                 category = found[1].category if found else Category.CONVERGED
-                views = [v if v.name not in busy or v.name == source else
+                closed = (busy | cordoned) - {source}
+                views = [v if v.name not in closed else
                          WorkerView(v.name, v.progressing, v.watching, v.converged, v.load, False)
                          for v in self.state.views(self.state.fresh_nodes())]
                 if source not in {v.name for v in views}:
@@ -234,6 +287,9 @@ class MigrationController:
             elif target in busy:
                 return ReallocationReply(decision="refused",
                                          reason=f"a migration is in flight on node {target}")
+            elif target in cordoned:
+                return ReallocationReply(decision="refused",
+                                         reason=f"node {target} is cordoned")
             if not self._rate_ok(now):
                 return ReallocationReply(decision="refused", reason="global migration rate limit")
             ref = controller_ref(pod)
@@ -329,8 +385,12 @@ class MigrationController:
                     or (pod.get("status") or {}).get("phase") != "Running"):
                 self._cancel(m, "the pod ended before its checkpoint was verified")
                 return
-            found = self.state.find_job(m.namespace, m.pod)
-            ck = found[1].checkpoint if found else None
+            # Only the source node's agent can read the job's saved.json; a report from any
+            # other node, or about another pod of the same name, proves nothing.
+            found = self.state.job_on(m.source, m.namespace, m.pod, m.pod_uid)
+            ck = found.checkpoint if found else None
+            # saved.json's `request` is the last request the job honoured; every later save
+            # keeps it, so a match means a verified checkpoint at or after this request.
             if ck is not None and ck.request == m.id:
                 self.metrics.checkpoint_wait_seconds.observe(max(0.0, now - m.started))
                 self._event(pod, "CheckpointVerified",
@@ -364,25 +424,34 @@ class MigrationController:
             placing = replace(placing, replacement=self._replacement_name(m))
             self._create_replacement(placing, marker, now)
         self._hook("evicting-recorded")
+        if not self._request_eviction(m, placing):
+            return
+        self._set(placing)
+        self._hook("placing")
+        self._place(placing, now)
+
+    def _request_eviction(self, m: Migration, placing: Migration) -> bool:
+        """Evict the source pod (its record in phase placing is already written); False when
+        the eviction is refused, and the migration then rolled back."""
         try:
             self.kube.create(pod_path(m.namespace, m.pod) + "/eviction", {
                 "apiVersion": "policy/v1", "kind": "Eviction",
                 "metadata": {"name": m.pod, "namespace": m.namespace},
                 "deleteOptions": {"preconditions": {"uid": m.pod_uid}}})
         except KubeError as exc:
-            if exc.status == 429 or exc.status == 409:
+            # 404: gone already; 409: the UID precondition failed, so the pod by that UID is
+            # gone too (a namesake took the name).
+            if exc.status == 429:  # a PodDisruptionBudget says no
                 self._undo_record(placing)
                 self._cancel(m, f"eviction refused: {exc}")
-                return
-            if exc.status != 404:
+                return False
+            if exc.status not in (404, 409):
                 raise
         self.state.withdraw_checkpoint(m.source, m.namespace, m.pod)
-        self._set(placing)
         self._event(self._pod_ref(m), "MigrationEvicted",
                     f"migration {m.id}: evicted after a verified checkpoint; the replacement "
                     f"goes to {m.target}")
-        self._hook("placing")
-        self._place(placing, now)
+        return True
 
     def _replacement_name(self, m: Migration) -> str:
         return f"{m.pod[:240]}-m{m.id[:6]}"
@@ -399,7 +468,7 @@ class MigrationController:
                if not k.startswith("specon.io/")}
         ann.update({A_MIGRATION: m.record(), ANNOTATION_MIGRATION_ID: m.id, marker: m.id,
                     A_MIGRATED_AT: f"{now:.3f}"})
-        spec = dict(src["spec"])
+        spec = pinned(src["spec"], m.target)
         spec.pop("nodeName", None)
         spec["schedulingGates"] = [{"name": GATE}]
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": {
@@ -412,6 +481,33 @@ class MigrationController:
             if exc.status != 409:
                 raise
 
+    def _lift_bare(self, m: Migration, rep: dict[str, Any], now: float) -> None:
+        """The pinned replacement was not placed in time: make an unpinned copy, gated. The
+        pinned one is deleted (if still unbound) before the copy is ungated, in _place."""
+        lifted = replace(m, replacement=self._replacement_name(m) + "-u", reserved=False,
+                         deadline=now + self.settings.placement_timeout_s)
+        md = meta(rep)
+        ann = dict(md.get("annotations") or {})
+        ann[A_MIGRATION] = lifted.record()
+        spec = unpinned(rep["spec"], m.target)
+        spec.pop("nodeName", None)
+        spec["schedulingGates"] = [{"name": GATE}]
+        try:
+            self.kube.create(pod_path(m.namespace), {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": lifted.replacement, "namespace": m.namespace,
+                             "labels": dict(md.get("labels") or {}), "annotations": ann},
+                "spec": spec})
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        self.state.release(m.key)
+        self._set(lifted)
+        self._event(self._pod_ref(m), "MigrationReservationLifted",
+                    f"migration {m.id}: not placed on {m.target} within "
+                    f"{self.settings.placement_timeout_s:.0f} s; placing it anywhere",
+                    warning=True)
+
     def _undo_record(self, m: Migration) -> None:
         if m.kind == "job":
             self.kube.patch(job_path(m.namespace, m.owner), {"metadata": {
@@ -423,40 +519,67 @@ class MigrationController:
 
     def _place(self, m: Migration, now: float) -> None:
         src = self.kube.get(pod_path(m.namespace, m.pod))
-        gone = src is None or meta(src).get("uid") != m.pod_uid
-        if not gone:
+        if src is not None and meta(src).get("uid") == m.pod_uid:
+            if not meta(src).get("deletionTimestamp"):
+                # Recorded as placing, but the eviction was never sent (the manager stopped in
+                # between): send it now. The checkpoint was verified before the record.
+                self._request_eviction(m, m)
             return
         self.state.source_gone(m.key)
         if m.kind == "pod":
-            rep = self.kube.get(pod_path(m.namespace, m.replacement))
-            if rep is None:
-                self._finish(m, None, "the replacement pod was deleted")
-                return
-            if (rep.get("spec") or {}).get("schedulingGates"):
-                self.kube.patch(pod_path(m.namespace, m.replacement),
-                                {"spec": {"schedulingGates": None}})
-                self._hook("ungated")
-            candidates = [rep]
-        else:
-            candidates = [p for p in self.kube.list(
-                pod_path(m.namespace), labelSelector=f"batch.kubernetes.io/controller-uid="
-                                                    f"{m.owner_uid}")
-                if meta(p).get("uid") != m.pod_uid and not meta(p).get("deletionTimestamp")]
-            if not candidates and self.kube.get(job_path(m.namespace, m.owner)) is None:
-                self._finish(m, None, "the Job was deleted")
-                return
+            self._place_bare(m, now)
+            return
+        candidates = [p for p in self.kube.list(
+            pod_path(m.namespace), labelSelector=f"batch.kubernetes.io/controller-uid="
+                                                f"{m.owner_uid}")
+            if meta(p).get("uid") != m.pod_uid and not meta(p).get("deletionTimestamp")]
+        if not candidates and self.kube.get(job_path(m.namespace, m.owner)) is None:
+            self._finish(m, None, "the Job was deleted")
+            return
         bound = [p for p in candidates if (p.get("spec") or {}).get("nodeName")]
         if bound:
             self._finish(m, bound[0], "")
             return
         if m.reserved and now > m.deadline:
             # The target cannot take it: let the scheduler place it anywhere (never lost).
+            lifted = self._set(m, reserved=False)
+            self.kube.patch(job_path(m.namespace, m.owner), {"metadata": {
+                "uid": m.owner_uid, "annotations": {A_MIGRATION: lifted.record()}}})
             self.state.release(m.key)
-            self._set(m, reserved=False)
             self._event(self._pod_ref(m), "MigrationReservationLifted",
                         f"migration {m.id}: not placed on {m.target} within "
                         f"{self.settings.placement_timeout_s:.0f} s; placing it anywhere",
                         warning=True)
+
+    def _place_bare(self, m: Migration, now: float) -> None:
+        """A bare pod's replacement, once the source is gone: ungate it and see it bound."""
+        pinned_name = self._replacement_name(m)
+        if m.replacement != pinned_name:
+            # Lifted: the pinned replacement goes before its unpinned copy may run.
+            old = self.kube.get(pod_path(m.namespace, pinned_name))
+            if old is not None:
+                if (old.get("spec") or {}).get("nodeName"):
+                    # It was placed after all: keep it; the copy is still gated (never ran).
+                    self.kube.delete(pod_path(m.namespace, m.replacement))
+                    self._finish(self._set(m, replacement=pinned_name), old, "")
+                    return
+                # The resourceVersion precondition fails (409) if it was bound meanwhile.
+                self.kube.delete(pod_path(m.namespace, pinned_name), {"preconditions": {
+                    "uid": meta(old).get("uid"),
+                    "resourceVersion": meta(old).get("resourceVersion")}})
+                return
+        rep = self.kube.get(pod_path(m.namespace, m.replacement))
+        if rep is None:
+            self._finish(m, None, "the replacement pod was deleted")
+            return
+        if (rep.get("spec") or {}).get("schedulingGates"):
+            self.kube.patch(pod_path(m.namespace, m.replacement),
+                            {"spec": {"schedulingGates": None}})
+            self._hook("ungated")
+        if (rep.get("spec") or {}).get("nodeName"):
+            self._finish(m, rep, "")
+        elif m.reserved and now > m.deadline:
+            self._lift_bare(m, rep, now)
 
     def _finish(self, m: Migration, placed: dict[str, Any] | None, problem: str) -> None:
         self.state.release(m.key)
@@ -519,7 +642,10 @@ class MigrationController:
                 if m is None or m.phase in ("done", "cancelled"):
                     continue
                 old = found.get(m.id)
-                if old is None or PHASES.index(m.phase) > PHASES.index(old.phase):
+                # The record of the latest phase wins; in placing, a lifted reservation's record
+                # (on the unpinned copy) is later than the pinned replacement's.
+                if old is None or (PHASES.index(m.phase), not m.reserved) > (
+                        PHASES.index(old.phase), not old.reserved):
                     found[m.id] = m
             self._migrations = found
             self._started = deque(sorted(m.started for m in found.values()))

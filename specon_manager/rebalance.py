@@ -49,7 +49,8 @@ class Rebalancer:
         self.metrics.rebalance_rounds.inc()
         now = self.clock()
         reported = self.state.jobs()
-        workers = self.state.fresh_nodes()
+        cordoned = self.controller.cordoned()
+        workers = [w for w in self.state.fresh_nodes() if w not in cordoned]
         seen = set()
         for _, j in reported:
             key = pod_key(j.namespace, j.pod)

@@ -134,6 +134,20 @@ class ClusterState:
                         return node, j
         return None
 
+    def job_on(self, node: str, namespace: str, pod: str, uid: str = "") -> JobReport | None:
+        """The job as ``node``'s last fresh heartbeat reports it (a report that names another
+        pod UID is another pod of the same name, and does not count)."""
+        now = self.clock()
+        with self._lock:
+            rec = self._nodes.get(node)
+            if rec is None or not self.is_fresh(node, now):
+                return None
+            for j in rec.heartbeat.jobs:
+                if j.namespace == namespace and j.pod == pod and (
+                        not uid or not j.uid or j.uid == uid):
+                    return j
+        return None
+
     def category_counts(self) -> dict[Category, int]:
         out = dict.fromkeys(Category, 0)
         for _, j in self.jobs():

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from typing import Any
 import httpx
 from planelib import Plane, free_port
 
-from specon.sdk import REQUEST_FILE, SAVED_FILE, Checkpointer, Reporter
+from specon.sdk import REQUEST_FILE, SAVED_FILE, Checkpointer, Reporter, Restored
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,6 +39,41 @@ def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60, every: float
     raise AssertionError(f"timed out waiting for {what}")
 
 
+class Api:
+    """Reads of the plane's API over HTTPS (a kubectl process per poll would cost more than
+    the poll)."""
+
+    def __init__(self, plane: Plane) -> None:
+        ctx = ssl.create_default_context(cafile=str(plane.ca_file))
+        self.http = httpx.Client(base_url=plane.server, verify=ctx, timeout=10, headers={
+            "Authorization": f"Bearer {plane.admin_token}"})
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        r = self.http.get(path)
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        out: dict[str, Any] = r.json()
+        return out
+
+    def pods(self, ns: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = (self.get(f"/api/v1/namespaces/{ns}/pods") or {})["items"]
+        return items
+
+    def pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        return self.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+
+    def job(self, ns: str, name: str) -> dict[str, Any] | None:
+        return self.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")
+
+    def events(self, ns: str) -> list[str]:
+        items = (self.get(f"/api/v1/namespaces/{ns}/events") or {})["items"]
+        return [e["reason"] for e in items]
+
+    def close(self) -> None:
+        self.http.close()
+
+
 class ManagerProcess:
     """``python -m specon_manager`` against the plane, on a fixed loopback port."""
 
@@ -45,12 +81,12 @@ class ManagerProcess:
                  **settings: Any) -> None:
         self.plane = plane
         self.workdir = workdir
-        self.port = free_port()
+        self.port = int(settings.pop("port", 0)) or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tokens_file = workdir / "tokens"
         self.tokens_file.write_text("".join(f"{t} {n}\n" for t, n in tokens.items()))
         self.settings = {"host": "127.0.0.1", "port": self.port, "kubeconfig": plane.kubeconfig,
-                         "tokens_file": self.tokens_file, "reconcile_period_s": 0.3,
+                         "tokens_file": self.tokens_file, "reconcile_period_s": 0.2,
                          "heartbeat_interval_s": 60, "rebalance": False,
                          "checkpoint_timeout_s": 20, **settings}
         self.log = workdir / "manager.log"
@@ -96,21 +132,67 @@ class ManagerProcess:
 
 
 class JobStandIn:
-    """A training job's step loop on a real checkpoint directory (real SDK)."""
+    """Stand-in for a training job's process: its step loop with the real
+    :class:`specon.sdk.Checkpointer` on a real directory (the job's PersistentVolume).
 
-    def __init__(self, directory: Path) -> None:
+    It lives in one pod at a time. When that pod is deleted, :meth:`sigterm` does what the
+    kubelet's SIGTERM makes a real job do (save at the step boundary, exit 143); :meth:`start`
+    in the replacement pod resumes from the newest good checkpoint, as a restarted job does."""
+
+    def __init__(self, directory: Path, prefix: str) -> None:
         self.directory = directory
+        self.prefix = prefix  # the names of the job's pods start with it
+        self.pod = self.uid = self.node = ""
         self.step = 0
         self.state: dict[str, Any] = {"weights": [0.0, 0.0], "step": 0}
         self.log = io.StringIO()
-        self.ckpt = Checkpointer(directory, handle_sigterm=False,
-                                 reporter=Reporter(directory / "progress.jsonl", self.log))
+        self.exit_code: int | None = None
+        self.stopped_at: tuple[int, dict[str, Any]] | None = None  # (step, state) at exit
+        self.resumed: Restored | None = None
+        self.starts = 0
+
+    def start(self, pod: dict[str, Any]) -> None:
+        """Start in this (running) pod, or restart in a replacement: resume from the newest
+        good checkpoint if any."""
+        self.pod, self.uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        self.node = pod["spec"]["nodeName"]
+        self.exit_code = None
+        self.starts += 1
+        self.ckpt = Checkpointer(self.directory, handle_sigterm=False,
+                                 reporter=Reporter(self.directory / "progress.jsonl", self.log))
+        restored = self.ckpt.resume()
+        if self.starts > 1:
+            self.resumed = restored
+        if restored is not None:
+            self.step, self.state = restored.step, restored.state
+
+    def events(self) -> list[dict[str, Any]]:
+        """The SDK's records in the progress file (checkpoint, stop, resume, ...)."""
+        path = self.directory / "progress.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(line) for line in lines]
+
+    @property
+    def running(self) -> bool:
+        return self.starts > 0 and self.exit_code is None
 
     def run_steps(self, n: int) -> None:
         for _ in range(n):
+            if not self.running:
+                return
             self.step += 1
             self.state = {"weights": [w + 0.5 for w in self.state["weights"]], "step": self.step}
-            self.ckpt.step_end(self.step, self.state)
+            try:
+                self.ckpt.step_end(self.step, self.state)
+            except SystemExit as exc:
+                self.exit_code = int(exc.code or 0)
+                self.stopped_at = (self.step, self.state)
+
+    def sigterm(self) -> None:
+        """The pod is being deleted: finish the step, save, exit 143."""
+        if self.running:
+            self.ckpt.request_stop("sigterm")
+            self.run_steps(1)
 
     def saved(self) -> dict[str, Any] | None:
         try:
@@ -132,8 +214,23 @@ class AgentStandIn:
         self.checkpoint_dirs: dict[str, JobStandIn] = {}
 
     def set_jobs(self, jobs: dict[str, str], namespace: str) -> None:
+        """Report these jobs (pod -> category); jobs hosted with :meth:`host` stay."""
+        kept = {pod: rep for pod, rep in self.jobs.items() if pod in self.checkpoint_dirs}
         self.jobs = {pod: {"namespace": namespace, "pod": pod, "category": cat}
                      for pod, cat in jobs.items()}
+        for pod, rep in kept.items():
+            self.jobs.setdefault(pod, rep)
+
+    def host(self, job: JobStandIn, namespace: str, category: str) -> None:
+        """Follow a job running in a pod of this node (its category, its saved.json)."""
+        self.jobs[job.pod] = {"namespace": namespace, "pod": job.pod, "uid": job.uid,
+                              "category": category, "checkpointable": True}
+        self.checkpoint_dirs[job.pod] = job
+
+    def drop(self, pod: str) -> None:
+        """The pod's container ended: the agent stops reporting it."""
+        self.jobs.pop(pod, None)
+        self.checkpoint_dirs.pop(pod, None)
 
     def beat(self) -> dict[str, Any] | None:
         """One heartbeat; writes the request file for every checkpoint request (as an agent
@@ -161,7 +258,7 @@ class AgentStandIn:
         reply: dict[str, Any] = r.json()
         for req in reply["checkpoint_requests"]:
             job = self.checkpoint_dirs.get(req["pod"])
-            if job is not None:
+            if job is not None and job.running and req.get("uid") in ("", job.uid):
                 tmp = job.directory / ".tmp-request"
                 tmp.write_text(json.dumps({"id": req["id"], "exit": req["exit"]}))
                 tmp.rename(job.directory / REQUEST_FILE)

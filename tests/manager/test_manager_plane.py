@@ -1,13 +1,15 @@
 """The manager on the real control plane: the real kube-scheduler calls the extender, the
 migration controller moves real pods (bare and Job-owned), survives being killed at each
-phase, and the rebalancer fills an idle node. See planemanager.py for the two stand-ins."""
+phase, and the rebalancer fills an idle node. See planemanager.py for the stand-ins (agent and
+training process: KWOK nodes run no containers)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,8 @@ import httpx
 import pytest
 from managerlib import serve
 from planelib import Plane, free_port
-from planemanager import AgentStandIn, JobStandIn, ManagerProcess, wait_for
+from planemanager import AgentStandIn, Api, JobStandIn, ManagerProcess, wait_for
 
-from specon.sdk import Checkpointer
 from specon_manager.kube import Kube
 from specon_manager.service import build
 from specon_manager.settings import ManagerSettings
@@ -25,6 +26,10 @@ from specon_manager.settings import ManagerSettings
 pytestmark = pytest.mark.plane
 
 SCHED = "specon"
+FIXTURES = Path(__file__).parent / "fixtures" / "extender"
+#: Set to 1 to rewrite the recorded extender requests in FIXTURES from a live run.
+RECORD = os.environ.get("SPECON_RECORD_FIXTURES") == "1"
+TERMINAL = ("Succeeded", "Failed")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +50,13 @@ def tokens(mnodes: list[str]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def ext_port() -> int:
     return free_port()
+
+
+@pytest.fixture(scope="module")
+def api(plane: Plane) -> Iterator[Api]:
+    client = Api(plane)
+    yield client
+    client.close()
 
 
 def scheduler_config(port: int, node_cache: bool) -> list[dict[str, Any]]:
@@ -85,30 +97,23 @@ def apply(plane: Plane, ns: str, obj: dict[str, Any]) -> None:
     plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj))
 
 
-def pods(plane: Plane, ns: str) -> list[dict[str, Any]]:
-    out = plane.kubectl("get", "pods", "-n", ns, "-o", "json").stdout
-    items: list[dict[str, Any]] = json.loads(out)["items"]
-    return items
+def is_live(p: dict[str, Any]) -> bool:
+    """Runs or may run: bound, not terminating, not ended."""
+    return bool(p["spec"].get("nodeName")) and not p["metadata"].get("deletionTimestamp") and (
+        p["status"].get("phase") not in TERMINAL)
 
 
-def live(plane: Plane, ns: str, prefix: str) -> list[dict[str, Any]]:
-    """Pods of one job that run or may run: bound and not terminating."""
-    return [p for p in pods(plane, ns) if p["metadata"]["name"].startswith(prefix)
-            and p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-            and p["status"].get("phase") not in ("Succeeded", "Failed")]
+def live(pods: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    return [p for p in pods if p["metadata"]["name"].startswith(prefix) and is_live(p)]
 
 
-def bound_to(plane: Plane, ns: str, name: str) -> str | None:
-    for p in pods(plane, ns):
-        if p["metadata"]["name"] == name and p["status"].get("phase") == "Running":
-            node: str = p["spec"].get("nodeName")
-            return node
-    return None
-
-
-def events(plane: Plane, ns: str) -> list[str]:
-    out = json.loads(plane.kubectl("get", "events", "-n", ns, "-o", "json").stdout)
-    return [e["reason"] for e in out["items"]]
+def running_on(api: Api, ns: str, name: str) -> str | None:
+    p = api.pod(ns, name)
+    if p is None or p["status"].get("phase") != "Running" or p["metadata"].get(
+            "deletionTimestamp"):
+        return None
+    node: str = p["spec"]["nodeName"]
+    return node
 
 
 def agents_for(url: str, tokens: dict[str, str]) -> dict[str, AgentStandIn]:
@@ -119,12 +124,10 @@ WORKED = [["PC", "PC", "PC"], ["PC", "WC"], ["PC", "PC"], ["PC"] * 5 + ["CC"]]
 
 
 def set_layout(agents: dict[str, AgentStandIn], nodes: list[str], ns: str,
-               layout: list[list[str]], real: dict[str, dict[str, str]] | None = None) -> None:
-    """Virtual jobs per node (they only weigh in the scores) plus real pods by node."""
+               layout: list[list[str]]) -> None:
+    """Virtual jobs per node: they only weigh in the scores (jobs of real pods are hosted)."""
     for i, node in enumerate(nodes):
-        jobs = {f"virtual-{i}-{k}": c for k, c in enumerate(layout[i])}
-        jobs.update((real or {}).get(node, {}))
-        agents[node].set_jobs(jobs, ns)
+        agents[node].set_jobs({f"virtual-{i}-{k}": c for k, c in enumerate(layout[i])}, ns)
 
 
 def beat_all(agents: dict[str, AgentStandIn]) -> None:
@@ -132,13 +135,77 @@ def beat_all(agents: dict[str, AgentStandIn]) -> None:
         a.beat()
 
 
+def start_job(api: Api, ns: str, agents: dict[str, AgentStandIn], job: JobStandIn, pod: str,
+              category: str = "CC") -> None:
+    """The job's process starts in its running pod; that node's agent follows it."""
+    obj = api.pod(ns, pod)
+    assert obj is not None
+    job.start(obj)
+    agents[job.node].host(job, ns, category)
+
+
+def play_kubelet(job: JobStandIn, pods: list[dict[str, Any]], ns: str,
+                 agents: dict[str, AgentStandIn]) -> None:
+    """What a kubelet does to the job's process: SIGTERM when its pod is deleted; a start in
+    the pod that replaces it, once that one runs."""
+    mine = [p for p in pods if p["metadata"]["name"].startswith(job.prefix)]
+    if job.running:
+        cur = next((p for p in mine if p["metadata"]["uid"] == job.uid), None)
+        if cur is None or cur["metadata"].get("deletionTimestamp") or (
+                cur["status"].get("phase") in TERMINAL):
+            job.sigterm()
+            agents[job.node].drop(job.pod)
+    if not job.running and job.starts > 0:
+        for p in mine:
+            if p["metadata"]["uid"] != job.uid and is_live(p) and (
+                    p["status"].get("phase") == "Running"):
+                job.start(p)
+                agents[job.node].host(job, ns, "PC")  # a new container starts in PC
+                break
+
+
+def drive(api: Api, ns: str, agents: dict[str, AgentStandIn], jobs: list[JobStandIn],
+          done: Callable[[list[dict[str, Any]]], Any], manager: ManagerProcess | None = None,
+          timeout: float = 60) -> Any:
+    """Kubelet, agents and training steps, tick by tick, until ``done(pods)``; asserts at every
+    tick that no job ever has two live pods."""
+    def tick() -> Any:
+        if manager is not None and not manager.alive():
+            return "manager-exited"
+        pods = api.pods(ns)
+        for job in jobs:
+            play_kubelet(job, pods, ns, agents)
+        beat_all(agents)
+        for job in jobs:
+            job.run_steps(1)
+            both = [p["metadata"]["name"] for p in live(pods, job.prefix)]
+            assert len(both) <= 1, f"two live pods of one job: {both}"
+        return done(pods)
+
+    return wait_for("the migration to end", tick, timeout=timeout, every=0.2)
+
+
+def assert_resumed_exactly(job: JobStandIn) -> None:
+    """The job was stopped after a verified checkpoint and resumed from it, losing nothing."""
+    assert job.exit_code is None and job.starts == 2 and job.stopped_at is not None
+    assert job.resumed is not None
+    assert (job.resumed.step, job.resumed.state) == job.stopped_at
+    kinds = [(e["event"], e.get("reason")) for e in job.events()]
+    # the requested checkpoint came first, the eviction's SIGTERM save after it
+    assert kinds.index(("checkpoint", "request")) < kinds.index(("stop", "sigterm"))
+    assert kinds[-1][0] == "resume"
+    before = job.step
+    job.run_steps(2)
+    assert job.step == before + 2  # and it goes on training
+
+
 # -- placement -------------------------------------------------------------------------------------
 class Recorder:
-    """Records the body of every extender call (real HTTP from the real kube-scheduler)."""
+    """Records every extender call of the real kube-scheduler (real HTTP): request and reply."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.calls: list[tuple[str, dict[str, Any], Any]] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"] not in ("/filter", "/prioritize"):
@@ -151,8 +218,8 @@ class Recorder:
             if not msg.get("more_body"):
                 break
         body = b"".join(chunks)
-        self.calls.append((scope["path"], json.loads(body)))
         sent = False
+        reply: list[bytes] = []
 
         async def replay() -> Any:
             nonlocal sent
@@ -161,172 +228,202 @@ class Recorder:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send)
+        async def keep(msg: Any) -> None:
+            if msg["type"] == "http.response.body":
+                reply.append(msg.get("body", b""))
+            await send(msg)
+
+        await self.app(scope, replay, keep)
+        self.calls.append((scope["path"], json.loads(body), json.loads(b"".join(reply))))
+
+    def of(self, verb: str, pod: str) -> list[tuple[dict[str, Any], Any]]:
+        return [(b, r) for v, b, r in self.calls
+                if v == verb and b["Pod"]["metadata"]["name"] == pod]
+
+
+def shape(obj: Any, depth: int = 2) -> Any:
+    """The keys (and JSON types) of a document, ``depth`` levels down: what must not drift."""
+    if isinstance(obj, dict) and depth > 0:
+        return {k: shape(v, depth - 1) for k, v in obj.items()}
+    if isinstance(obj, list) and obj and depth > 0:
+        return [shape(obj[0], depth - 1)]
+    return type(obj).__name__
+
+
+def check_fixture(name: str, body: dict[str, Any]) -> None:
+    """The live request has the shape of the recorded one (tests/manager/test_extender.py
+    replays the recorded ones)."""
+    path = FIXTURES / name
+    if RECORD:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+    stored = json.loads(path.read_text())
+    assert shape(body) == shape(stored)
 
 
 @pytest.mark.parametrize("node_cache", [True, False], ids=["nodeCacheCapable", "fullNodes"])
 def test_new_training_pods_land_where_the_specon_score_prefers(
-    plane: Plane, mnodes: list[str], tokens: dict[str, str], plane_namespace: str, tag: str,
-    node_cache: bool, tmp_path: Path,
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, node_cache: bool, tmp_path: Path,
 ) -> None:
     ns = plane_namespace
     port = free_port()
     (tmp_path / "tokens").write_text("".join(f"{t} {n}\n" for t, n in tokens.items()))
+    sched, other = "specon-place", "other-place"
     settings = ManagerSettings(kubernetes=True, migration=False, heartbeat_interval_s=120,
-                               kubeconfig=plane.kubeconfig, tokens_file=tmp_path / "tokens")
+                               kubeconfig=plane.kubeconfig, tokens_file=tmp_path / "tokens",
+                               scheduler_name=sched)
     app, _ = build(settings, kube=Kube.from_kubeconfig(plane.kubeconfig))
     recorder = Recorder(app)
-    plane.run_scheduler("specon-place", extenders=scheduler_config(port, node_cache))
+    # One kube-scheduler, two profiles, both calling the extender: ``sched`` is SpeCon's
+    # scheduler name (an opt-in by itself); ``other`` stands for a default scheduler
+    # configured with the extender, where only the training label opts a pod in.
+    plane.run_scheduler(sched, extenders=scheduler_config(port, node_cache), config={
+        "profiles": [{"schedulerName": sched}, {"schedulerName": other}]})
     try:
         with serve(recorder, port=port) as url:
             agents = agents_for(url, tokens)
             set_layout(agents, mnodes, ns, WORKED)
             beat_all(agents)
-            pod = train_pod("p1", tag)
-            pod["spec"]["schedulerName"] = "specon-place"
+            pod = train_pod("p1", tag)  # opted in by the training label
+            pod["spec"]["schedulerName"] = other
             apply(plane, ns, pod)
-            node = wait_for("p1 running", lambda: bound_to(plane, ns, "p1"))
+            node = wait_for("p1 running", lambda: running_on(api, ns, "p1"))
             assert node == mnodes[1]  # scores 6, 3.5, 4, 11
             # p1 is now a progressing job on node 1 (5.5): node 2 (4) is preferred
             agents[mnodes[1]].jobs["p1"] = {"namespace": ns, "pod": "p1", "category": "PC"}
             beat_all(agents)
+            # a batch Job opted in by the scheduler name alone (no training label)
             job = train_job("j1", tag)
-            job["spec"]["template"]["spec"]["schedulerName"] = "specon-place"
-            job["spec"]["template"]["metadata"]["labels"].pop("specon.io/migratable")
+            job["spec"]["template"]["spec"]["schedulerName"] = sched
+            job["spec"]["template"]["metadata"]["labels"] = {}
             apply(plane, ns, job)
             jp = wait_for("the Job's pod running", lambda: [
-                p for p in pods(plane, ns) if p["metadata"]["name"].startswith("j1-")
+                p for p in api.pods(ns) if p["metadata"]["name"].startswith("j1-")
                 and p["status"].get("phase") == "Running"])
             assert jp[0]["spec"]["nodeName"] == mnodes[2]
             # a pod that is not a training job is not steered
             plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
-                     "spec": {"schedulerName": "specon-place",
-                              "nodeSelector": {"specon-test": tag},
+                     "spec": {"schedulerName": other, "nodeSelector": {"specon-test": tag},
                               "containers": [{"name": "c", "image": "nginx"}]}}
             apply(plane, ns, plain)
-            wait_for("web running", lambda: bound_to(plane, ns, "web"))
+            wait_for("web running", lambda: running_on(api, ns, "web"))
     finally:
-        plane.stop_scheduler("specon-place")
-    verbs = {v for v, _ in recorder.calls}
-    assert verbs == {"/filter", "/prioritize"}
-    for _, body in recorder.calls:
-        assert "Pod" in body
+        plane.stop_scheduler(sched)
+    form = "nodeNames" if node_cache else "fullNodes"
+    for verb in ("/filter", "/prioritize"):
+        calls = recorder.of(verb, "p1")
+        assert calls, f"the scheduler never called {verb} for p1"
+        body, reply = calls[0]
         if node_cache:
-            assert isinstance(body["NodeNames"], list) and body.get("Nodes") is None
+            assert sorted(body["NodeNames"]) == sorted(mnodes) and body.get("Nodes") is None
         else:
-            assert body["Nodes"]["items"][0]["metadata"]["name"].startswith(tag)
-    scored = [b for v, b in recorder.calls if v == "/prioritize"
-              and b["Pod"]["metadata"]["name"] == "web"]
-    assert scored  # asked, and answered with zeros (untouched)
+            assert sorted(n["metadata"]["name"] for n in body["Nodes"]["items"]) == sorted(
+                mnodes)
+            assert not body.get("NodeNames")
+        if verb == "/filter":
+            kept = reply["NodeNames"] if node_cache else [
+                n["metadata"]["name"] for n in reply["Nodes"]["items"]]
+            assert sorted(kept) == sorted(mnodes) and reply["FailedNodes"] == {}
+        else:
+            scores = {h["Host"]: h["Score"] for h in reply}
+            assert max(scores, key=lambda n: scores[n]) == mnodes[1]
+            assert scores[mnodes[3]] == min(scores.values())
+        check_fixture(f"{verb[1:]}-{form}.json", body)
+    for _, reply in recorder.of("/prioritize", "web"):
+        assert {h["Score"] for h in reply} == {0}  # asked, and answered: no preference
 
 
 # -- migration -------------------------------------------------------------------------------------
 @pytest.fixture
 def manager(plane: Plane, tokens: dict[str, str], ext_port: int, tmp_path: Path,
             scheduler: None) -> Iterator[ManagerProcess]:
-    mp = ManagerProcess(plane, tmp_path, tokens)
-    mp.port, mp.url = ext_port, f"http://127.0.0.1:{ext_port}"
-    mp.settings["port"] = ext_port
+    mp = ManagerProcess(plane, tmp_path, tokens, port=ext_port)
     yield mp
     mp.kill()
 
 
-def crowded_source(mnodes: list[str], ns: str, agents: dict[str, AgentStandIn],
-                   pod: str) -> None:
-    """The worked example, with ``pod`` the converged job on the crowded node 3."""
+def crowded_source(mnodes: list[str], ns: str, agents: dict[str, AgentStandIn]) -> None:
+    """The worked example; the converged job of a real pod on node 3 is hosted on top."""
     layout = [list(x) for x in WORKED]
     layout[3] = ["PC"] * 5
-    set_layout(agents, mnodes, ns, layout, {mnodes[3]: {pod: "CC"}})
+    set_layout(agents, mnodes, ns, layout)
 
 
-def drive(plane: Plane, ns: str, agents: dict[str, AgentStandIn], job: JobStandIn,
-          prefix: str, done: Any, manager: ManagerProcess | None = None,
-          timeout: float = 90) -> Any:
-    """Heartbeats and training steps until ``done()``; never more than one live pod."""
-    def tick() -> Any:
-        if manager is not None and not manager.alive():
-            return "manager-exited"
-        beat_all(agents)
-        job.run_steps(1)
-        assert len(live(plane, ns, prefix)) <= 1, "two live pods of one job"
-        return done()
-
-    return wait_for("the migration to end", tick, timeout=timeout, every=0.3)
-
-
-def replacement_of(plane: Plane, ns: str, prefix: str, original: str) -> dict[str, Any] | None:
-    for p in live(plane, ns, prefix):
-        if p["metadata"]["name"] != original and p["status"].get("phase") == "Running":
-            return p
-    return None
+def migration_id(obj: dict[str, Any]) -> str:
+    record = json.loads(obj["metadata"]["annotations"]["specon.io/migration"])
+    mid: str = record["id"]
+    return mid
 
 
 def test_converged_bare_pod_is_migrated_to_the_chosen_node_and_resumes(
-    plane: Plane, mnodes: list[str], tokens: dict[str, str], plane_namespace: str, tag: str,
-    manager: ManagerProcess, tmp_path: Path,
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess, tmp_path: Path,
 ) -> None:
     ns = plane_namespace
     manager.start()
     apply(plane, ns, train_pod("train-a", tag, node=mnodes[3]))
-    wait_for("train-a running", lambda: bound_to(plane, ns, "train-a"))
+    wait_for("train-a running", lambda: running_on(api, ns, "train-a"))
     agents = agents_for(manager.url, tokens)
-    crowded_source(mnodes, ns, agents, "train-a")
-    job = JobStandIn(tmp_path / "ckpt-a")
-    agents[mnodes[3]].checkpoint_dirs["train-a"] = job
+    crowded_source(mnodes, ns, agents)
+    job = JobStandIn(tmp_path / "ckpt-a", "train-a")
+    start_job(api, ns, agents, job, "train-a")
     job.run_steps(5)
     beat_all(agents)
     reply = agents[mnodes[3]].reallocate(ns, "train-a")
     assert reply["decision"] == "migrate" and reply["target"] == mnodes[1], reply
     assert reply["migrated"] is True
-    rep = drive(plane, ns, agents, job, "train-a",
-                lambda: replacement_of(plane, ns, "train-a", "train-a"))
-    assert rep["spec"]["nodeName"] == mnodes[1]
-    assert bound_to(plane, ns, "train-a") is None  # the original is gone
+    drive(api, ns, agents, [job], lambda _: job.starts > 1)
+    assert job.node == mnodes[1] and job.pod != "train-a"
+    assert api.pod(ns, "train-a") is None  # the original is gone
+    assert_resumed_exactly(job)
+    rep = api.pod(ns, job.pod)
+    assert rep is not None
     saved = job.saved()
-    assert saved is not None and saved["request"] is not None
-    ann = rep["metadata"]["annotations"]
-    assert ann["specon.io/migrated"] == saved["request"]  # the migration's id
-    # the job on the new node resumes from the verified checkpoint
-    restored = Checkpointer(job.directory, handle_sigterm=False).load()
-    assert restored is not None and restored.step == job.step
-    assert restored.state == job.state
+    assert saved is not None
+    # the checkpoint answered this migration's request (its id is the request id)
+    assert rep["metadata"]["annotations"]["specon.io/migrated"] == saved["request"]
+    assert migration_id(rep) == saved["request"]
     wait_for("events", lambda: {"MigrationStarted", "CheckpointRequested", "CheckpointVerified",
                                 "MigrationEvicted", "MigrationCompleted"} <= set(
-        events(plane, ns)))
+        api.events(ns)))
     metrics = httpx.get(f"{manager.url}/metrics").text
     assert 'specon_migrations_total{result="completed"} 1.0' in metrics
     # at most once: asking again is answered "stay"
-    agents[mnodes[1]].set_jobs({rep["metadata"]["name"]: "CC"}, ns)
-    again = agents[mnodes[1]].reallocate(ns, rep["metadata"]["name"])
+    agents[mnodes[1]].host(job, ns, "CC")
+    beat_all(agents)
+    again = agents[mnodes[1]].reallocate(ns, job.pod)
     assert again["decision"] == "stay" and "already migrated" in again["reason"]
 
 
 def test_no_verified_checkpoint_in_time_cancels_and_the_job_stays(
-    plane: Plane, mnodes: list[str], tokens: dict[str, str], plane_namespace: str, tag: str,
-    manager: ManagerProcess, tmp_path: Path,
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess,
 ) -> None:
     ns = plane_namespace
-    manager.start(checkpoint_timeout_s=3)
+    manager.start(checkpoint_timeout_s=2)
     apply(plane, ns, train_pod("train-b", tag, node=mnodes[3]))
-    wait_for("train-b running", lambda: bound_to(plane, ns, "train-b"))
+    wait_for("train-b running", lambda: running_on(api, ns, "train-b"))
     agents = agents_for(manager.url, tokens)
-    crowded_source(mnodes, ns, agents, "train-b")
+    crowded_source(mnodes, ns, agents)
+    agents[mnodes[3]].jobs["train-b"] = {"namespace": ns, "pod": "train-b", "category": "CC"}
     beat_all(agents)
     assert agents[mnodes[3]].reallocate(ns, "train-b")["decision"] == "migrate"
-    # the job never answers (no checkpoint directory): cancelled, still where it was
-    wait_for("cancelled", lambda: (beat_all(agents), "MigrationCancelled" in events(
-        plane, ns))[1], timeout=40)
-    assert bound_to(plane, ns, "train-b") == mnodes[3]
-    assert [p["metadata"]["name"] for p in live(plane, ns, "train-b")] == ["train-b"]
-    pod = json.loads(plane.kubectl("get", "pod", "-n", ns, "train-b", "-o", "json").stdout)
+    # the job never answers (it does not checkpoint): cancelled, still where it was
+    wait_for("cancelled", lambda: (beat_all(agents), "MigrationCancelled" in api.events(
+        ns))[1], timeout=30)
+    assert running_on(api, ns, "train-b") == mnodes[3]
+    assert [p["metadata"]["name"] for p in live(api.pods(ns), "train-b")] == ["train-b"]
+    pod = api.pod(ns, "train-b")
+    assert pod is not None
     assert pod["metadata"]["annotations"]["specon.io/migrated"] == "cancelled"
     assert "specon.io/migration" not in pod["metadata"]["annotations"]
     assert agents[mnodes[3]].reallocate(ns, "train-b")["decision"] == "stay"
 
 
 def test_pods_that_did_not_opt_in_or_cannot_be_recreated_are_never_moved(
-    plane: Plane, mnodes: list[str], tokens: dict[str, str], plane_namespace: str, tag: str,
-    manager: ManagerProcess,
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess,
 ) -> None:
     ns = plane_namespace
     manager.start()
@@ -337,25 +434,35 @@ def test_pods_that_did_not_opt_in_or_cannot_be_recreated_are_never_moved(
     del job["spec"]["podReplacementPolicy"]
     job["spec"]["template"]["spec"]["nodeName"] = mnodes[3]
     apply(plane, ns, job)
-    wait_for("pods running", lambda: bound_to(plane, ns, "no-optin") and [
-        p for p in pods(plane, ns) if p["metadata"]["name"].startswith("legacy-")
-        and p["status"].get("phase") == "Running"])
-    legacy = next(p["metadata"]["name"] for p in pods(plane, ns)
-                  if p["metadata"]["name"].startswith("legacy-"))
+
+    def legacy_pod() -> str | None:
+        for p in api.pods(ns):
+            if p["metadata"]["name"].startswith("legacy-") and (
+                    p["status"].get("phase") == "Running"):
+                name: str = p["metadata"]["name"]
+                return name
+        return None
+
+    wait_for("pods running", lambda: running_on(api, ns, "no-optin") and legacy_pod())
+    legacy = legacy_pod()
+    assert legacy is not None
     agents = agents_for(manager.url, tokens)
-    crowded_source(mnodes, ns, agents, "no-optin")
+    crowded_source(mnodes, ns, agents)
+    for pod in ("no-optin", legacy):
+        agents[mnodes[3]].jobs[pod] = {"namespace": ns, "pod": pod, "category": "CC"}
     beat_all(agents)
     r1 = agents[mnodes[3]].reallocate(ns, "no-optin")
     assert r1["decision"] == "refused" and "opt in" in r1["reason"]
     r2 = agents[mnodes[3]].reallocate(ns, legacy)
     assert r2["decision"] == "refused" and "podReplacementPolicy" in r2["reason"]
-    assert bound_to(plane, ns, "no-optin") == mnodes[3]
-    assert bound_to(plane, ns, legacy) == mnodes[3]
+    assert running_on(api, ns, "no-optin") == mnodes[3]
+    assert running_on(api, ns, legacy) == mnodes[3]
+    assert "MigrationStarted" not in api.events(ns)
 
 
 def test_job_owned_pod_is_migrated_and_its_job_controller_recreates_it_on_the_target(
-    plane: Plane, mnodes: list[str], tokens: dict[str, str], plane_namespace: str, tag: str,
-    manager: ManagerProcess, tmp_path: Path,
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess, tmp_path: Path,
 ) -> None:
     ns = plane_namespace
     manager.start()
@@ -365,102 +472,138 @@ def test_job_owned_pod_is_migrated_and_its_job_controller_recreates_it_on_the_ta
     beat_all(agents)
     apply(plane, ns, train_job("tj", tag))
     first = wait_for("the Job's pod running", lambda: [
-        p for p in live(plane, ns, "tj-") if p["status"].get("phase") == "Running"])[0]
+        p for p in live(api.pods(ns), "tj-") if p["status"].get("phase") == "Running"])[0]
     assert first["spec"]["nodeName"] == mnodes[3]
     name = first["metadata"]["name"]
-    crowded_source(mnodes, ns, agents, name)
-    job = JobStandIn(tmp_path / "ckpt-tj")
-    agents[mnodes[3]].checkpoint_dirs[name] = job
+    crowded_source(mnodes, ns, agents)
+    job = JobStandIn(tmp_path / "ckpt-tj", "tj-")
+    start_job(api, ns, agents, job, name)
     job.run_steps(3)
     beat_all(agents)
     reply = agents[mnodes[3]].reallocate(ns, name)
     assert reply["decision"] == "migrate" and reply["target"] == mnodes[1], reply
-    rep = drive(plane, ns, agents, job, "tj-", lambda: replacement_of(plane, ns, "tj-", name))
-    assert rep["spec"]["nodeName"] == mnodes[1]
-    assert rep["metadata"]["ownerReferences"][0]["kind"] == "Job"
-    jobobj = json.loads(plane.kubectl("get", "job", "-n", ns, "tj", "-o", "json").stdout)
-    assert jobobj["metadata"]["annotations"]["specon.io/migrated"] == job.saved()["request"]
-    restored = Checkpointer(job.directory, handle_sigterm=False).load()
-    assert restored is not None and restored.state == job.state
+    drive(api, ns, agents, [job], lambda _: job.starts > 1)
+    assert job.node == mnodes[1] and job.pod != name
+    assert_resumed_exactly(job)
+    rep = api.pod(ns, job.pod)
+    assert rep is not None and rep["metadata"]["ownerReferences"][0]["kind"] == "Job"
+    jobobj = api.job(ns, "tj")
+    saved = job.saved()
+    assert jobobj is not None and saved is not None
+    assert jobobj["metadata"]["annotations"]["specon.io/migrated"] == saved["request"]
+    wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
 
 
+# Each phase's record is written, then the manager exits at once (status 137, as SIGKILL).
 PHASES = ["reserved", "checkpointing", "evicting", "evicting-recorded", "placing", "ungated"]
 
 
 @pytest.mark.parametrize("phase", PHASES)
 def test_killing_the_manager_at_each_phase_never_loses_or_duplicates_the_job(
-    plane: Plane, mnodes: list[str], tokens: dict[str, str], plane_namespace: str, tag: str,
-    manager: ManagerProcess, tmp_path: Path, phase: str,
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess, tmp_path: Path, phase: str,
 ) -> None:
     ns = plane_namespace
     manager.start(fault_exit_after_phase=phase)
     apply(plane, ns, train_pod("train-k", tag, node=mnodes[3]))
-    wait_for("train-k running", lambda: bound_to(plane, ns, "train-k"))
+    wait_for("train-k running", lambda: running_on(api, ns, "train-k"))
     agents = agents_for(manager.url, tokens)
-    crowded_source(mnodes, ns, agents, "train-k")
-    job = JobStandIn(tmp_path / "ckpt-k")
-    agents[mnodes[3]].checkpoint_dirs["train-k"] = job
+    crowded_source(mnodes, ns, agents)
+    job = JobStandIn(tmp_path / "ckpt-k", "train-k")
+    start_job(api, ns, agents, job, "train-k")
     job.run_steps(2)
     beat_all(agents)
     # the manager may die while answering
     with contextlib.suppress(httpx.HTTPError, AssertionError):
         agents[mnodes[3]].reallocate(ns, "train-k")
-    assert drive(plane, ns, agents, job, "train-k", lambda: False, manager=manager) == (
-        "manager-exited")
+    assert drive(api, ns, agents, [job], lambda _: False, manager=manager) == "manager-exited"
     assert manager.wait_exit() == 137
-    assert len(live(plane, ns, "train-k")) <= 1
+    assert len(live(api.pods(ns), "train-k")) <= 1
     manager.start()  # no fault this time: it resumes or rolls back from the records
 
-    def settled() -> str | None:
-        rep = replacement_of(plane, ns, "train-k", "train-k")
-        if rep is not None and bound_to(plane, ns, "train-k") is None:
+    def settled(_: Any) -> str | None:
+        if job.starts > 1:
             return "moved"
-        if "MigrationCancelled" in events(plane, ns):
+        if "MigrationCancelled" in api.events(ns):
             return "stayed"
         return None
 
-    outcome = drive(plane, ns, agents, job, "train-k", settled, manager=manager)
-    alive = live(plane, ns, "train-k")
+    outcome = drive(api, ns, agents, [job], settled, manager=manager)
+    pods = api.pods(ns)
+    alive = live(pods, "train-k")
     assert len(alive) == 1, alive
     if outcome == "moved":
-        assert alive[0]["spec"]["nodeName"] == mnodes[1]
-        restored = Checkpointer(job.directory, handle_sigterm=False).load()
-        assert restored is not None and restored.step >= 2
+        assert alive[0]["spec"]["nodeName"] == mnodes[1] == job.node
+        assert_resumed_exactly(job)
+        wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
     else:
+        assert job.starts == 1 and job.running
         assert alive[0]["metadata"]["name"] == "train-k"
         assert alive[0]["spec"]["nodeName"] == mnodes[3]
-    # no gated leftovers: every pod of the job is accounted for
-    gated = [p for p in pods(plane, ns) if p["spec"].get("schedulingGates")]
-    assert gated == []
+    # no leftovers: no gated pod, no migration still recorded as in flight
+    pods = api.pods(ns)
+    assert [p["metadata"]["name"] for p in pods if p["spec"].get("schedulingGates")] == []
+    assert [p["metadata"]["name"] for p in pods
+            if p["metadata"].get("labels", {}).get("specon.io/migrating")] == []
+
+
+def test_a_replacement_the_target_cannot_take_is_placed_elsewhere_never_lost(
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess, tmp_path: Path,
+) -> None:
+    ns = plane_namespace
+    manager.start(placement_timeout_s=2)
+    apply(plane, ns, train_pod("train-c", tag, node=mnodes[3]))
+    wait_for("train-c running", lambda: running_on(api, ns, "train-c"))
+    agents = agents_for(manager.url, tokens)
+    crowded_source(mnodes, ns, agents)
+    job = JobStandIn(tmp_path / "ckpt-c", "train-c")
+    start_job(api, ns, agents, job, "train-c")
+    beat_all(agents)
+    reply = agents[mnodes[3]].reallocate(ns, "train-c")
+    assert reply["decision"] == "migrate" and reply["target"] == mnodes[1], reply
+    # the chosen target stops taking pods before the replacement is placed (nothing moves
+    # until the next heartbeat carries the checkpoint request)
+    plane.kubectl("cordon", mnodes[1])
+    try:
+        drive(api, ns, agents, [job], lambda _: job.starts > 1)
+    finally:
+        plane.kubectl("uncordon", mnodes[1])
+    assert job.node not in (mnodes[1], mnodes[3])
+    assert_resumed_exactly(job)
+    wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
+    assert "MigrationReservationLifted" in api.events(ns)
+    pods = api.pods(ns)
+    assert [p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(
+        "train-c")] == [job.pod]  # the pinned replacement that never ran is gone
+    metrics = httpx.get(f"{manager.url}/metrics").text
+    assert 'specon_migrations_total{result="elsewhere"} 1.0' in metrics
 
 
 def test_rebalancing_moves_a_converged_job_onto_the_idle_node(
-    plane: Plane, mnodes: list[str], tokens: dict[str, str], plane_namespace: str, tag: str,
-    manager: ManagerProcess, tmp_path: Path,
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess, tmp_path: Path,
 ) -> None:
     ns = plane_namespace
-    manager.start(rebalance=True, rebalance_period_s=1)
+    manager.start(rebalance=True, rebalance_period_s=0.5)
     for name in ("ra", "rb"):
         apply(plane, ns, train_pod(name, tag, node=mnodes[0]))
     for name in ("ra", "rb"):
-        wait_for(f"{name} running", lambda n=name: bound_to(plane, ns, n))
+        wait_for(f"{name} running", lambda n=name: running_on(api, ns, n))
     agents = agents_for(manager.url, tokens)
     # every job converged; node 3 idle; node 0 holds two (above the balance factor 1)
-    set_layout(agents, mnodes, ns, [[], ["CC"], ["CC"], []],
-               {mnodes[0]: {"ra": "CC", "rb": "CC"}})
-    jobs = {n: JobStandIn(tmp_path / f"ckpt-{n}") for n in ("ra", "rb")}
-    agents[mnodes[0]].checkpoint_dirs.update(jobs)
+    set_layout(agents, mnodes, ns, [[], ["CC"], ["CC"], []])
+    jobs = [JobStandIn(tmp_path / f"ckpt-{n}", n) for n in ("ra", "rb")]
+    for j in jobs:
+        start_job(api, ns, agents, j, j.prefix)
 
-    def moved() -> Any:
-        beat_all(agents)
-        for j in jobs.values():
-            j.run_steps(1)
-        return [p for p in live(plane, ns, "r") if p["spec"]["nodeName"] == mnodes[3]
-                and p["status"].get("phase") == "Running"]
-
-    rep = wait_for("a job rebalanced onto the idle node", moved, timeout=90, every=0.3)
-    assert len(rep) == 1
-    assert rep[0]["metadata"]["annotations"].get("specon.io/rebalanced")
-    assert len(live(plane, ns, "r")) == 2
+    moved = drive(api, ns, agents, jobs, lambda _: [j for j in jobs if j.starts > 1])
+    assert len(moved) == 1 and moved[0].node == mnodes[3]
+    assert_resumed_exactly(moved[0])
+    stayed = next(j for j in jobs if j is not moved[0])
+    assert stayed.starts == 1 and stayed.running and stayed.node == mnodes[0]
+    rep = api.pod(ns, moved[0].pod)
+    assert rep is not None and rep["metadata"]["annotations"].get("specon.io/rebalanced")
+    assert len(live(api.pods(ns), "r")) == 2
     metrics = httpx.get(f"{manager.url}/metrics").text
     assert 'specon_rebalance_moves_total{outcome="started"} 1.0' in metrics
