@@ -5,11 +5,11 @@ selection rule); change them here only with a new sweep.
 """
 
 #: SpeCon threshold: normalised loss progress per minute (docs/normalisation.md).
-ALPHA = 0.02
+ALPHA = 0.01
 #: Categorisation interval and FlowCon's base interval, in seconds.
 INTERVAL_S = 120.0
 #: FlowCon threshold on growth efficiency (progress per minute per core).
-FLOWCON_ALPHA = 0.02
+FLOWCON_ALPHA = 0.01
 #: FlowCon floor factor: a limit never goes below 1/(beta*n). 1 = never below the equal share.
 FLOWCON_BETA = 1.0
 #: Cap of FlowCon's exponential back-off, in seconds.

@@ -326,7 +326,8 @@ class Simulator:
         else:
             if spec.deadline_s is None:
                 return ON_TRACK
-            steps = max(0.0, job.end_iter - job.done)
+            # The job's declared length (it reports its total steps), not where it will stop.
+            steps = max(0.0, job.profile.iterations - job.done)
         if math.isinf(steps):
             return GIVEN_UP
         left = (spec.submit_s + spec.deadline_s - self.now) if spec.deadline_s else math.inf
