@@ -1,0 +1,170 @@
+"""Dockerfile.manager and Dockerfile.agent built by the real Docker Engine on the local base
+image (no registry here: the wheels are downloaded on the host and put in the context, the
+offline path the Dockerfiles support); each container starts, runs as the user the image says,
+and turns healthy by the image's own HEALTHCHECK."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deploylib import ROOT
+from planelib import free_port
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+LABEL = {"org.specon.test": "images"}
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[Any]:
+    import docker
+
+    if os.environ.get("SPECON_SKIP_DOCKER") == "1":
+        pytest.skip("SPECON_SKIP_DOCKER=1")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"no Docker Engine answers ({exc}); hack/test.sh starts one (20-docker.sh)")
+    yield client
+    for c in client.containers.list(all=True, filters={"label": "org.specon.test=images"}):
+        c.remove(force=True)
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def base_image(engine: Any) -> str:
+    import docker
+
+    name = os.environ.get("SPECON_BASE_IMAGE") or (
+        "specon-base:" + (ROOT / "hack/images/base-tag").read_text().strip())
+    try:
+        engine.images.get(name)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"image {name} missing: run hack/images/build-base.sh")
+    return name
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args],
+                   check=True, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def context(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A build context like the repository's, plus wheels/ (dependencies cached by the hash of
+    pyproject.toml under ~/.cache/specon-images; the project's wheel built fresh)."""
+    pyproject = (ROOT / "pyproject.toml").read_bytes()
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specon-images" / (
+        "wheels-py311-" + hashlib.sha256(pyproject).hexdigest()[:16])
+    if not (cache / ".complete").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        deps = tomllib.loads(pyproject.decode())["project"]["dependencies"]
+        # Wheels for the base image's interpreter (CPython 3.11 on glibc x86-64).
+        _pip("download", "--only-binary=:all:", "--python-version", "3.11",
+             "--implementation", "cp", "--platform", "manylinux2014_x86_64",
+             "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_28_x86_64",
+             "-d", str(cache), "pip", *deps)
+        (cache / ".complete").touch()
+    ctx = tmp_path_factory.mktemp("image-context")
+    for name in ("pyproject.toml", "README.md", "Dockerfile.manager", "Dockerfile.agent",
+                 ".dockerignore"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, ctx / name)
+    for pkg in ("specon", "specon_agent", "specon_manager"):
+        shutil.copytree(ROOT / pkg, ctx / pkg,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(cache, ctx / "wheels", ignore=shutil.ignore_patterns(".complete"))
+    _pip("wheel", "--no-deps", "-w", str(ctx / "wheels"), str(ROOT))
+    return ctx
+
+
+def build(engine: Any, context: Path, dockerfile: str, base: str, tag: str) -> Any:
+    import docker
+
+    try:
+        image, _ = engine.images.build(path=str(context), dockerfile=dockerfile, tag=tag,
+                                       buildargs={"BASE": base}, rm=True, forcerm=True,
+                                       labels=LABEL)
+    except docker.errors.BuildError as exc:
+        log = "".join(str(c.get("stream", c.get("error", ""))) for c in exc.build_log)
+        pytest.fail(f"{dockerfile} did not build:\n{log[-4000:]}")
+    return image
+
+
+def wait_healthy(container: Any, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    status = "?"
+    while time.monotonic() < deadline:
+        container.reload()
+        state = container.attrs["State"]
+        if not state["Running"]:
+            break
+        status = state.get("Health", {}).get("Status", "none")
+        if status == "healthy":
+            return
+        time.sleep(1)
+    logs = container.logs().decode(errors="replace")[-3000:]
+    pytest.fail(f"{container.name} not healthy (health {status}, state "
+                f"{container.attrs['State']['Status']}):\n{logs}")
+
+
+def http_get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.status, resp.read().decode()
+
+
+def test_manager_image_builds_starts_and_answers_its_health_check(
+        engine: Any, context: Path, base_image: str) -> None:
+    image = build(engine, context, "Dockerfile.manager", base_image, "specon/manager:test")
+    cfg = image.attrs["Config"]
+    assert cfg["User"] == "10001:10001"
+    assert cfg["Healthcheck"]["Test"][0] == "CMD"
+    port = free_port()
+    # Host network: the check then works on an engine started without a bridge, too.
+    container = engine.containers.run(
+        image.id, detach=True, network_mode="host", labels=LABEL,
+        environment={"SPECON_MANAGER_PORT": str(port), "SPECON_MANAGER_KUBERNETES": "false"})
+    try:
+        wait_healthy(container)
+        assert http_get(f"http://127.0.0.1:{port}/healthz") == (200, "ok")
+        status, metrics = http_get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200 and "specon_extender_requests_total" in metrics
+        assert container.exec_run("id -u").output.decode().strip() == "10001"
+    finally:
+        container.remove(force=True)
+
+
+def test_agent_image_builds_starts_and_answers_its_health_check(
+        engine: Any, context: Path, base_image: str) -> None:
+    image = build(engine, context, "Dockerfile.agent", base_image, "specon/agent:test")
+    assert image.attrs["Config"]["User"] == "10001:10001"
+    socket = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not socket.startswith("unix://"):
+        pytest.skip(f"the engine is not on a local socket ({socket})")
+    path = socket[len("unix://"):]
+    port = free_port()
+    # Standalone mode with the docker actuator: the engine's socket, as uid 0 (the socket is
+    # root's), exactly what the chart's DaemonSet gives it with agent.actuator=docker.
+    container = engine.containers.run(
+        image.id, detach=True, network_mode="host", labels=LABEL, user="0",
+        volumes={path: {"bind": "/var/run/docker.sock", "mode": "rw"}},
+        environment={"SPECON_AGENT_METRICS_PORT": str(port), "SPECON_AGENT_MODE": "standalone",
+                     "SPECON_AGENT_ACTUATOR": "docker", "SPECON_AGENT_NODE_NAME": "image-test"})
+    try:
+        wait_healthy(container)
+        status, metrics = http_get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200 and "specon_agent_node_cpus" in metrics
+    finally:
+        container.remove(force=True)
