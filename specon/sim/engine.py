@@ -23,7 +23,7 @@ from dataclasses import replace
 from specon.core import flowcon
 from specon.core.categorize import Category, JobState, categorize
 from specon.core.flowcon import FlowConParams, FlowConState
-from specon.core.growth import LossTrack
+from specon.core.growth import Growth, LossTrack
 from specon.core.predict import fit_curve
 from specon.core.rebalance import PlacedJob, plan_rebalance
 from specon.core.scoring import WorkerView, choose_host
@@ -141,6 +141,13 @@ class _Job:
         out = list(self.profile.loss[probe.seen : k])
         probe.seen = k
         return out
+
+    def measure(self, probe: _Probe, now: float) -> Growth | None:
+        """Close one interval of ``probe``: its growth since the probe's last reading."""
+        probe.track, growth = probe.track.observe(self.samples(probe), now - probe.t, probe.cpu)
+        probe.t = now
+        probe.cpu = 0.0
+        return growth
 
 
 class _Worker:
@@ -474,10 +481,7 @@ class Simulator:
         self._advance(w)
         eff: dict[str, float | None] = {}
         for name, job in w.jobs.items():
-            probe = job.flow
-            probe.track, g = probe.track.observe(job.samples(probe), self.now - probe.t, probe.cpu)
-            probe.t = self.now
-            probe.cpu = 0.0
+            g = job.measure(job.flow, self.now)
             eff[name] = g.efficiency if g is not None else None
             if g is not None:
                 job.last_eff = g.efficiency
@@ -510,20 +514,14 @@ class Simulator:
     def _measure(self, w: _Worker) -> None:
         """Efficiency per job for SLAQ's predictions (same growth code as FlowCon)."""
         for job in w.jobs.values():
-            probe = job.flow
-            probe.track, g = probe.track.observe(job.samples(probe), self.now - probe.t, probe.cpu)
-            probe.t = self.now
-            probe.cpu = 0.0
+            g = job.measure(job.flow, self.now)
             if g is not None:
                 job.last_eff = g.efficiency
 
     def _categorize(self, w: _Worker) -> list[_Job]:
         growth: dict[str, float | None] = {}
         for name, job in w.jobs.items():
-            probe = job.cat_probe
-            probe.track, g = probe.track.observe(job.samples(probe), self.now - probe.t, probe.cpu)
-            probe.t = self.now
-            probe.cpu = 0.0
+            g = job.measure(job.cat_probe, self.now)
             growth[name] = g.progress if g is not None else None
         res = categorize({n: j.cat for n, j in w.jobs.items()}, growth, self.cfg.alpha)
         self._view_cache.pop(w.name, None)
