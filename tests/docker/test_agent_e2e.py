@@ -20,7 +20,7 @@ from agentlib import AgentProcess, agent_process, quota, training, unique_label,
 from docker.models.containers import Container
 from dockerlib import measured_cores
 
-pytestmark = [pytest.mark.docker, pytest.mark.torch, pytest.mark.slow,
+pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.timeout(900)]
 
 START_QUOTA = 100_000  # every job starts with one core of the two; NA-like equal shares
