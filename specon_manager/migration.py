@@ -12,9 +12,11 @@ rolls back each migration in flight. Phases::
 Safety rules: only Running pods labelled ``specon.io/migratable=true``, either bare or owned by
 a Job with ``podReplacementPolicy: Failed`` (so no second pod starts while the first one
 terminates); nothing is evicted before the job's checkpoint answers this migration's request;
-a bare pod's replacement is created (with a scheduling gate, so it cannot run) before the pod
-is evicted and ungated only once the pod is gone; one migration per node at a time; a global
-rate limit; a job is migrated at most once (and rebalanced at most once).
+a bare pod's replacement is created (with a scheduling gate, so it cannot run, and pinned to
+the target by node affinity, so it lands there even while the extender is away) before the
+pod is evicted, and ungated only once the pod is gone; never a cordoned target; one migration
+per node at a time; a global rate limit; a job is migrated at most once (and rebalanced at
+most once). docs/manager.md walks through the phases and what a restart does in each.
 """
 
 from __future__ import annotations
