@@ -25,6 +25,8 @@ import yaml
 from deploylib import ACTUATORS, CHART, DEPLOY, docs, helm, pod_spec, render, set_args
 from planelib import Plane, free_port, write_kubeconfig
 
+from specon import defaults
+
 pytestmark = pytest.mark.plane
 
 CHART_LABEL = "specon.test/chart"
@@ -297,7 +299,7 @@ def test_real_manager_and_scheduler_place_the_guides_job_as_the_charts_accounts(
               "load_cores": 0.5, "jobs": []}
         status, reply = _http(f"{url}/v1/heartbeat", hb, tokens[node])
         assert status == 200 and reply["accepted"] is True
-        assert reply["parameters"]["alpha"] == 0.005
+        assert reply["parameters"]["alpha"] == defaults.ALPHA
     status, _ = _http(f"{url}/v1/heartbeat", {"node": b, "time": time.time(), "seq": 2,
                                               "capacity_cpus": 4, "load_cores": 0},
                       tokens[a])
