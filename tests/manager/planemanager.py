@@ -9,6 +9,7 @@ agent does over the real HTTP API (heartbeats, writing the request file, reporti
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -202,6 +203,17 @@ class JobStandIn:
             return None
 
 
+def verified(directory: Path, saved: dict[str, Any]) -> bool:
+    """What the requester does before acting on ``saved.json`` (docs/training-contract.md §4):
+    the named checkpoint's manifest and data file agree with it, byte for byte."""
+    try:
+        manifest = json.loads((directory / f"{saved['checkpoint']}.json").read_text())
+        data = (directory / manifest["file"]).read_bytes()
+    except (OSError, ValueError, KeyError):
+        return False
+    return bool(manifest["sha256"] == saved["sha256"] == hashlib.sha256(data).hexdigest())
+
+
 class AgentStandIn:
     """What a node agent sends and does for the manager, over the manager's real HTTP API."""
 
@@ -241,7 +253,7 @@ class AgentStandIn:
             rep = dict(rep)
             job = self.checkpoint_dirs.get(pod)
             saved = job.saved() if job else None
-            if saved is not None:
+            if saved is not None and job is not None and verified(job.directory, saved):
                 rep["checkpoint"] = {"request": saved.get("request"), "name": saved["checkpoint"],
                                      "step": saved["step"], "sha256": saved["sha256"],
                                      "time": saved["time"]}
