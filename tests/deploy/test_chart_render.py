@@ -173,3 +173,11 @@ def test_committed_plain_manifests_are_the_charts_rendering(plane_bin: Path, hom
     committed = (DEPLOY / "specon.yaml").read_text()
     fresh = render(plane_bin, home, release="specon", namespace="specon-system")
     assert committed.endswith(fresh), "deploy/specon.yaml is stale: run hack/render-deploy.sh"
+
+
+def test_the_user_guide_shows_the_example_job_that_the_plane_test_applies() -> None:
+    from deploylib import DEPLOY, ROOT
+
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    example = (DEPLOY / "examples" / "training-job.yaml").read_text().rstrip()
+    assert f"```yaml\n{example}\n```" in guide
