@@ -94,7 +94,9 @@ class ManagerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self, **override: Any) -> None:
+    def start(self, wait: str = "ready", **override: Any) -> None:
+        """Start it and wait until ``/readyz`` (``wait="ready"``) or ``/healthz``
+        (``wait="serving"``: a standby replica serves but is not ready) answers 200."""
         env = {**os.environ}
         for k, v in {**self.settings, **override}.items():
             env[f"SPECON_MANAGER_{k.upper()}"] = str(v).lower() if isinstance(v, bool) else str(v)
@@ -105,16 +107,18 @@ class ManagerProcess:
                                          stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
                                          start_new_session=True)
 
-        def ready() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"manager exited {self.proc.returncode}:\n{self.tail()}")
-            try:
-                return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
+        path = "/readyz" if wait == "ready" else "/healthz"
+        wait_for(f"the manager's {path}", lambda: self.answers(path), timeout=60)
 
-        wait_for("the manager ready", ready, timeout=60)
+    def answers(self, path: str = "/readyz") -> bool:
+        """``path`` answers 200 (raises if the process has exited)."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"manager exited {self.proc.returncode}:\n{self.tail()}")
+        try:
+            return httpx.get(f"{self.url}{path}", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def wait_exit(self, timeout: float = 60) -> int:
         assert self.proc is not None

@@ -649,3 +649,57 @@ def test_rebalancing_moves_a_converged_job_onto_the_idle_node(
     assert len(live(api.pods(ns), "r")) == 2
     metrics = httpx.get(f"{manager.url}/metrics").text
     assert 'specon_rebalance_moves_total{outcome="started"} 1.0' in metrics
+
+
+def test_two_replicas_elect_one_leader_and_the_standby_finishes_its_migration(
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, scheduler: None, tmp_path: Path,
+) -> None:
+    ns = plane_namespace
+    lease = dict(leader_election=True, lease_namespace=ns, lease_duration_s=2,
+                 renew_period_s=0.5)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = ManagerProcess(plane, tmp_path / "a", tokens, identity="replica-a", **lease)
+    b = ManagerProcess(plane, tmp_path / "b", tokens, identity="replica-b", **lease)
+    try:
+        a.start(fault_exit_after_phase="checkpointing")
+        b.start(wait="serving")
+
+        def holder() -> dict[str, Any]:
+            lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/"
+                            "specon-manager")
+            assert lease is not None
+            spec: dict[str, Any] = lease["spec"]
+            return spec
+
+        assert holder()["holderIdentity"] == "replica-a"
+        assert not b.answers("/readyz")  # the standby is not ready: no traffic reaches it
+        apply(plane, ns, train_pod("train-h", tag, node=mnodes[3]))
+        wait_for("train-h running", lambda: running_on(api, ns, "train-h"))
+        agents = agents_for(b.url, tokens)
+        crowded_source(mnodes, ns, agents)
+        beat_all(agents)
+        refused = agents[mnodes[3]].reallocate(ns, "train-h")
+        assert refused["decision"] == "refused" and "not the leader" in refused["reason"]
+        agents = agents_for(a.url, tokens)
+        crowded_source(mnodes, ns, agents)
+        job = JobStandIn(tmp_path / "ckpt-h", "train-h")
+        start_job(api, ns, agents, job, "train-h")
+        beat_all(agents)
+        with contextlib.suppress(httpx.HTTPError, AssertionError):
+            agents[mnodes[3]].reallocate(ns, "train-h")  # a dies once the request is recorded
+        assert a.wait_exit(30) == 137
+        # the standby takes the Lease once it has not been renewed for its duration
+        wait_for("the standby ready", lambda: b.answers("/readyz"), timeout=30)
+        assert holder()["holderIdentity"] == "replica-b" and holder()["leaseTransitions"] >= 1
+        agents = agents_for(b.url, tokens)
+        crowded_source(mnodes, ns, agents)
+        agents[mnodes[3]].host(job, ns, "CC")
+        drive(api, ns, agents, [job], lambda _: job.starts > 1, manager=b)
+        assert job.node == mnodes[1]
+        assert_resumed_exactly(job)
+        assert "restored in phase checkpointing" in b.log.read_text()
+    finally:
+        a.kill()
+        b.kill()
