@@ -37,6 +37,7 @@ from specon_manager.extender import (
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
+from specon_manager.status import router as status_router
 
 log = logging.getLogger(__name__)
 
@@ -266,4 +267,5 @@ def create_app(
     app.add_middleware(BodyLimit, agent_limit=settings.max_agent_body_bytes,
                        extender_limit=settings.max_extender_body_bytes,
                        on_refuse=m.bodies_refused.inc)
+    app.include_router(status_router)
     return app
