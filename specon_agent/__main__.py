@@ -118,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.log_level != "debug":
+        # One line per heartbeat would drown the agent's own log; failures are logged by it.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         agent, discovery = build(settings)
     except StartupError as exc:
