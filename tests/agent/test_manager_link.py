@@ -34,10 +34,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def real_manager(**settings: object) -> Iterator[tuple[str, object]]:
+def real_manager(port: int | None = None, **settings: object) -> Iterator[tuple[str, object]]:
     app = create_app(ManagerSettings(kubernetes=False, migration=False, **settings),  # type: ignore[arg-type]
                      tokens=NodeTokens({TOKEN: "node-a"}))
-    port = free_port()
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -174,3 +174,27 @@ def test_a_failing_or_hanging_manager_is_backed_off_and_never_blocks_the_loop(
     # Backed off: far fewer calls than one per 0.1 s interval over 4 s.
     assert handler.calls < 20
     assert agent.control.counts() == dict.fromkeys(Category, 0)
+
+
+def test_reports_again_when_the_manager_returns(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    port = free_port()
+    outcomes: list[tuple[str, str]] = []
+    replies: list[HeartbeatReply] = []
+    link = ManagerLink(f"http://127.0.0.1:{port}", token_file, interval_s=0.1, timeout_s=0.5,
+                       backoff_max_s=0.5, on_reply=replies.append,
+                       on_outcome=lambda k, o: outcomes.append((k, o)))
+    link.offer_heartbeat(heartbeat(1))
+    link.start()
+    try:
+        wait(lambda: link.failures >= 3)  # nobody listens yet
+        assert {o for _, o in outcomes} == {"unreachable"}
+        link.offer_heartbeat(heartbeat(2))
+        with real_manager(port=port) as (_url, app):
+            wait(lambda: link.last_success is not None)
+            assert replies and replies[-1].accepted
+            hb = app.state.cluster.heartbeat("node-a")  # type: ignore[attr-defined]
+            assert hb is not None and hb.seq == 2  # the newest state, not the stale one
+    finally:
+        link.stop()
