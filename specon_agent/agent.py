@@ -23,6 +23,7 @@ from typing import Any
 from specon import defaults
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
+from specon.sdk import SAVED_FILE, verify_checkpoint
 from specon.wire import (
     CheckpointRequest,
     Heartbeat,
@@ -30,6 +31,7 @@ from specon.wire import (
     JobReport,
     ReallocationReply,
     ReallocationRequest,
+    SavedCheckpoint,
 )
 
 from .actuators import Actuator, ActuatorError, ContainerGone
@@ -37,7 +39,7 @@ from .control import NodeControl
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Event, Resync, Target
 from .manager import ManagerLink
-from .metrics import AgentMetrics
+from .metrics import AgentMetrics, JobKey
 from .progress import ProgressSource
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,10 @@ class _Followed:
     source: ProgressSource | None
     stats_seen: tuple[int, int, int] = (0, 0, 0)  # rotations, truncations, bytes
     asked: bool = False  # a reallocation was asked (standalone: said once)
+    #: saved.json and its manifest as last read with the data file's stat, and the checkpoint
+    #: they proved (None: it did not verify).
+    saved_seen: tuple[str, str, tuple[int, ...]] | None = None
+    checkpoint: SavedCheckpoint | None = None
 
 
 @dataclass
@@ -337,6 +343,54 @@ class Agent:
             if (job.target.namespace, job.target.pod) == (req.namespace, req.pod):
                 self.control.mark_migrated(cid)
 
+    def checkpoint_of(self, job: _Followed) -> SavedCheckpoint | None:
+        """The job's last checkpoint as its ``saved.json`` names it, once the named checkpoint
+        verifies against its manifest (docs/training-contract.md §4); None otherwise. The data
+        is hashed again only when ``saved.json``, the manifest or the data file changed: a
+        checkpoint can be large, and a heartbeat goes out every few seconds."""
+        directory = job.target.checkpoint_dir
+        if directory is None:
+            return None
+        try:
+            text = (directory / SAVED_FILE).read_text()
+        except OSError:
+            job.saved_seen, job.checkpoint = None, None
+            return None
+        try:
+            saved = json.loads(text)
+            name = str(saved["checkpoint"])
+            manifest = (directory / f"{name}.json").read_text()
+            st = (directory / str(json.loads(manifest)["file"])).stat()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if job.saved_seen != (text, "", ()):
+                job.saved_seen, job.checkpoint = (text, "", ()), None
+                log.warning("%s: %s names no readable checkpoint (%s)", job.target.name,
+                            SAVED_FILE, exc)
+                self.metrics.checkpoints.labels("unreadable").inc()
+            return None
+        seen = (text, manifest, (st.st_ino, st.st_mtime_ns, st.st_size))
+        if seen == job.saved_seen:
+            return job.checkpoint
+        job.saved_seen, job.checkpoint = seen, None
+        problem, sha256, _ = verify_checkpoint(directory, name)
+        if problem is None and saved.get("sha256") != sha256:
+            problem = "saved.json and the manifest disagree on the checksum"
+        if problem is None:
+            try:
+                job.checkpoint = SavedCheckpoint(
+                    request=saved.get("request"), name=name, step=saved["step"], sha256=sha256,
+                    time=saved["time"])
+            except (KeyError, ValueError) as exc:
+                problem = f"bad fields in {SAVED_FILE} ({exc})"
+        if problem is not None or job.checkpoint is None:
+            log.warning("%s: checkpoint %s not reported: %s", job.target.name, name, problem)
+            self.metrics.checkpoints.labels("rejected").inc()
+            return None
+        self.metrics.checkpoints.labels("verified").inc()
+        log.info("%s: checkpoint %s (step %d, request %s) verified", job.target.name, name,
+                 job.checkpoint.step, job.checkpoint.request)
+        return job.checkpoint
+
     def heartbeat(self, now: float) -> Heartbeat:
         self.seq += 1
         reports = []
@@ -352,14 +406,15 @@ class Agent:
                 growth=g.progress if g is not None else None,
                 efficiency=view.efficiency, loss=view.loss,
                 limit=min(1.0, self.control.limits.get(cid, 1.0)), cpu_cores=view.cores,
-                migrated=view.cat.migrated, checkpointable=t.migratable))
+                migrated=view.cat.migrated, checkpointable=t.migratable,
+                checkpoint=self.checkpoint_of(job)))
         return Heartbeat(
             node=self.config.node, time=now, seq=self.seq, capacity_cpus=self.actuator.node_cpus,
             load_cores=sum(r.cpu_cores for r in reports), jobs=reports,
             actuator=self.actuator.name)
 
-    def _label(self, t: Target) -> str:
-        return f"{t.namespace}/{t.pod}/{t.container}"
+    def _label(self, t: Target) -> JobKey:
+        return (t.namespace, t.pod, t.container)
 
     def _publish(self, now: float) -> None:
         m = self.metrics
@@ -371,19 +426,19 @@ class Agent:
                 continue
             label = self._label(job.target)
             for cat in Category:
-                m.job_category.labels(label, cat.value).set(int(view.cat.category is cat))
+                m.job_category.labels(*label, cat.value).set(int(view.cat.category is cat))
             current = self.control.flow_list(cid)
             for lst in FlowList:
-                m.job_flowcon.labels(label, lst.value).set(int(current is lst))
+                m.job_flowcon.labels(*label, lst.value).set(int(current is lst))
             if view.loss is not None:
-                m.job_loss.labels(label).set(view.loss)
+                m.job_loss.labels(*label).set(view.loss)
             if view.growth is not None:
-                m.job_growth.labels(label).set(view.growth.progress)
+                m.job_growth.labels(*label).set(view.growth.progress)
             if view.efficiency is not None:
-                m.job_efficiency.labels(label).set(view.efficiency)
-            m.job_limit.labels(label).set(
+                m.job_efficiency.labels(*label).set(view.efficiency)
+            m.job_limit.labels(*label).set(
                 min(1.0, self.control.limits.get(cid, 1.0)) * self.actuator.node_cpus)
-            m.job_cpu.labels(label).set(view.cores)
+            m.job_cpu.labels(*label).set(view.cores)
         if self.link is not None:
             self.link.offer_heartbeat(self.heartbeat(now))
 

@@ -1,8 +1,9 @@
 """The agent's Prometheus metrics (``specon_agent_`` prefix, units in names, bounded labels).
 
-Per-job series carry ``job`` = ``namespace/pod/container`` of a job on this node and are removed
-when the job leaves, so their number is bounded by the jobs the node runs at once. Each agent
-owns its registry (two agents in one test process never share counters).
+Per-job series carry ``namespace``, ``pod`` and ``container`` of a job on this node (not ``job``:
+Prometheus reserves that label for the scrape job and would store ours as ``exported_job``),
+and are removed when the job leaves, so their number is bounded by the jobs the node runs at
+once. Each agent owns its registry (two agents in one test process never share counters).
 """
 
 from __future__ import annotations
@@ -14,21 +15,25 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowList
 
+#: The labels of every per-job series, in order.
+JOB_LABELS = ("namespace", "pod", "container")
+JobKey = tuple[str, str, str]
+
 _LOOP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class AgentMetrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
-        j = ["job"]
+        j = list(JOB_LABELS)
         self.job_category = Gauge(
             "specon_agent_job_category",
             "1 for the job's current category (PC progressing, WC watching, CC converged).",
-            ["job", "category"], registry=r)
+            [*j, "category"], registry=r)
         self.job_flowcon = Gauge(
             "specon_agent_job_flowcon_list",
             "1 for the job's current FlowCon list (NL new, WL watching, CL completing).",
-            ["job", "list"], registry=r)
+            [*j, "list"], registry=r)
         self.job_loss = Gauge("specon_agent_job_loss", "Last loss the job logged.", j,
                               registry=r)
         self.job_growth = Gauge(
@@ -80,17 +85,21 @@ class AgentMetrics:
             "specon_agent_discovery_reconnects_total",
             "Breaks of the engine's event stream or the pod watch, by reason.", ["reason"],
             registry=r)
+        self.checkpoints = Counter(
+            "specon_agent_checkpoints_total",
+            "saved.json files read, by outcome (verified, rejected: the checkpoint did not match "
+            "its manifest, unreadable).", ["outcome"], registry=r)
         self.events = Counter("specon_agent_job_events_total", "Arrivals and departures.",
                               ["event"], registry=r)
 
-    def forget_job(self, job: str) -> None:
+    def forget_job(self, job: JobKey) -> None:
         for g in (self.job_loss, self.job_growth, self.job_efficiency, self.job_limit,
                   self.job_cpu):
             with contextlib.suppress(KeyError):
-                g.remove(job)
+                g.remove(*job)
         for cat in Category:
             with contextlib.suppress(KeyError):
-                self.job_category.remove(job, cat.value)
+                self.job_category.remove(*job, cat.value)
         for lst in FlowList:
             with contextlib.suppress(KeyError):
-                self.job_flowcon.remove(job, lst.value)
+                self.job_flowcon.remove(*job, lst.value)

@@ -16,6 +16,7 @@ from specon.sdk.checkpoint import (
     Checkpointer,
     Restored,
     Saved,
+    verify_checkpoint,
 )
 from specon.sdk.progress import ENV_PROGRESS_FILE, Reporter, default_reporter, report
 
@@ -33,6 +34,7 @@ __all__ = [
     "TorchCheckpointer",
     "default_reporter",
     "report",
+    "verify_checkpoint",
 ]
 
 

@@ -85,6 +85,30 @@ def _atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def verify_checkpoint(directory: Path, name: str) -> tuple[str | None, str, bytes]:
+    """Check checkpoint ``name`` in ``directory`` against its manifest (size and SHA-256),
+    without loading it: (problem or None, the verified SHA-256, the data). What a job does
+    before resuming and what a requester does before acting on ``saved.json``."""
+    try:
+        manifest = json.loads((directory / f"{name}.json").read_text())
+        data_path = directory / str(manifest["file"])
+        expected = str(manifest["sha256"])
+        size = int(manifest["bytes"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable manifest ({type(exc).__name__})", "", b""
+    if data_path.parent != directory:
+        return "manifest names a file outside the checkpoint directory", "", b""
+    try:
+        data = data_path.read_bytes()
+    except OSError as exc:
+        return f"missing data file ({type(exc).__name__})", "", b""
+    if len(data) != size:
+        return f"size mismatch ({len(data)} bytes, manifest says {size})", "", b""
+    if _sha256(data) != expected:
+        return "checksum mismatch", "", b""
+    return None, expected, data
+
+
 class Checkpointer:
     """Checkpoints of plain picklable state.
 
@@ -262,21 +286,9 @@ class Checkpointer:
 
     def _try_load(self, name: str) -> tuple[str | None, Any]:
         assert self.directory is not None
-        try:
-            manifest = json.loads((self.directory / f"{name}.json").read_text())
-            data_path = self.directory / str(manifest["file"])
-            expected = str(manifest["sha256"])
-            size = int(manifest["bytes"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            return f"unreadable manifest ({type(exc).__name__})", None
-        try:
-            data = data_path.read_bytes()
-        except OSError as exc:
-            return f"missing data file ({type(exc).__name__})", None
-        if len(data) != size:
-            return f"size mismatch ({len(data)} bytes, manifest says {size})", None
-        if _sha256(data) != expected:
-            return "checksum mismatch", None
+        problem, _, data = verify_checkpoint(self.directory, name)
+        if problem is not None:
+            return problem, None
         try:
             return None, self.deserialize(data)
         except Exception as exc:

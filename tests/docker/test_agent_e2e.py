@@ -27,17 +27,18 @@ START_QUOTA = 100_000  # every job starts with one core of the two; NA-like equa
 STAGGER_S = 30.0
 
 
-def job_label(c: Container) -> str:
-    return f"docker/{c.name}/main"
+def job_label(c: Container) -> dict[str, str]:
+    """The labels of a job's series (namespace ``docker`` in standalone mode)."""
+    return {"namespace": "docker", "pod": c.name, "container": "main"}
 
 
 def limit(agent: AgentProcess, c: Container) -> float | None:
-    return agent.sample("specon_agent_job_cpu_limit_cores", job=job_label(c))
+    return agent.sample("specon_agent_job_cpu_limit_cores", **job_label(c))
 
 
 def flow_list(agent: AgentProcess, c: Container) -> str | None:
     for lst in ("NL", "WL", "CL"):
-        if agent.sample("specon_agent_job_flowcon_list", job=job_label(c), list=lst) == 1:
+        if agent.sample("specon_agent_job_flowcon_list", **job_label(c), list=lst) == 1:
             return lst
     return None
 
@@ -93,7 +94,7 @@ def test_converged_job_is_throttled_young_jobs_raised_and_limits_released_at_the
             # Never below FlowCon's floor of 1/(beta*n) of the node (beta=2, n=3).
             assert low >= round(full / 6) - 1
             assert limit(agent, throttled) == pytest.approx(low / 100_000, rel=0.01)
-            assert agent.sample("specon_agent_job_category", job=job_label(throttled),
+            assert agent.sample("specon_agent_job_category", **job_label(throttled),
                                 category="PC") == 0  # it slowed down: watching or converged
 
             # CPU use follows the limit: CFS caps the throttled job in every window in which

@@ -75,19 +75,19 @@ def test_garbage_in_the_log_is_counted_and_the_loss_still_followed(
             tmp_path / "agent.log") as agent:
         made.append(run_py(engine, base_image, label, GARBAGE))
         made.append(run_py(engine, base_image, label, STEADY))
-        jobs = [f"docker/{c.name}/main" for c in made]
+        jobs = [{"namespace": "docker", "pod": c.name, "container": "main"} for c in made]
 
         def errors() -> float:
             return agent.sample("specon_agent_parse_errors_total") or 0.0
 
         wait_for("parse errors counted", lambda: errors() >= 20, 60, agent.log)
-        first = [agent.sample("specon_agent_job_loss", job=j) for j in jobs]
+        first = [agent.sample("specon_agent_job_loss", **j) for j in jobs]
         assert all(v is not None and v < 1.5 for v in first), first
         # Still following: the losses keep falling, both jobs keep their limits.
         wait_for("new losses", lambda: all(
-            (agent.sample("specon_agent_job_loss", job=j) or 9) < v
+            (agent.sample("specon_agent_job_loss", **j) or 9) < v
             for j, v in zip(jobs, first, strict=True) if v is not None), 60, agent.log)
-        assert all(agent.sample("specon_agent_job_cpu_limit_cores", job=j) for j in jobs)
+        assert all(agent.sample("specon_agent_job_cpu_limit_cores", **j) for j in jobs)
         assert agent.alive()
     assert "Traceback" not in agent.log()
 
@@ -115,20 +115,20 @@ def test_a_container_dying_mid_write_leaves_the_others_under_control(
                         environment={"SPECON_PROGRESS_FILE": "/progress/p.jsonl"},
                         volumes={str(progress): {"bind": "/progress", "mode": "rw"}})
         made.append(victim)
-        vjob = f"docker/{victim.name}/main"
+        vjob = {"namespace": "docker", "pod": victim.name, "container": "main"}
         wait_for("the dying job's progress file followed", lambda: agent.sample(
-            "specon_agent_job_loss", job=vjob) is not None, 60, agent.log)
+            "specon_agent_job_loss", **vjob) is not None, 60, agent.log)
         assert "p.jsonl" in agent.log()  # followed from its progress file, not its log
         wait_for("the torn record written", lambda: (progress / "p.jsonl").read_bytes()
                  .endswith(b'"lo'), 60, agent.log)
         victim.kill()  # SIGKILL mid-record (a process cannot SIGKILL itself as PID 1)
         wait_for("the dying job gone", lambda: agent.sample(
-            "specon_agent_job_cpu_limit_cores", job=vjob) is None, 60, agent.log)
+            "specon_agent_job_cpu_limit_cores", **vjob) is None, 60, agent.log)
         victim.reload()
         assert victim.attrs["State"]["ExitCode"] == 137
         # The other job is still followed and its limit is the agent's: the whole node again.
-        sjob = f"docker/{steady.name}/main"
-        assert agent.sample("specon_agent_job_cpu_limit_cores", job=sjob) == float(
+        sjob = {"namespace": "docker", "pod": steady.name, "container": "main"}
+        assert agent.sample("specon_agent_job_cpu_limit_cores", **sjob) == float(
             engine.info()["NCPU"])
         assert quota(steady) == round(float(engine.info()["NCPU"]) * 100_000)
         assert agent.alive()
@@ -244,21 +244,21 @@ def test_the_engine_going_away_and_back_is_survived_and_missed_changes_caught_up
     try:
         with containers(engine) as made, agent_process(args, tmp_path / "agent.log") as agent:
             made.append(run_py(engine, base_image, label, STEADY))
-            first = f"docker/{made[0].name}/main"
+            first = {"namespace": "docker", "pod": made[0].name, "container": "main"}
             wait_for("the first job followed", lambda: agent.sample(
-                "specon_agent_job_cpu_limit_cores", job=first) is not None, 60, agent.log)
+                "specon_agent_job_cpu_limit_cores", **first) is not None, 60, agent.log)
             relay.cut()
             # While the engine is away: one job ends, another starts.
             made[0].remove(force=True)
             made.append(run_py(engine, base_image, label, STEADY))
-            second = f"docker/{made[1].name}/main"
+            second = {"namespace": "docker", "pod": made[1].name, "container": "main"}
             time.sleep(3)
             assert agent.alive()
             relay.start()
             wait_for("the missed arrival caught up", lambda: agent.sample(
-                "specon_agent_job_cpu_limit_cores", job=second) is not None, 60, agent.log)
+                "specon_agent_job_cpu_limit_cores", **second) is not None, 60, agent.log)
             wait_for("the missed departure caught up", lambda: agent.sample(
-                "specon_agent_job_cpu_limit_cores", job=first) is None, 30, agent.log)
+                "specon_agent_job_cpu_limit_cores", **first) is None, 30, agent.log)
             reconnects = sum(
                 float(line.rsplit(" ", 1)[1]) for line in agent.metrics().splitlines()
                 if line.startswith("specon_agent_discovery_reconnects_total{"))
