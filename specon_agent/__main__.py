@@ -50,12 +50,44 @@ def _actuator(settings: AgentSettings, client: Any) -> Actuator:
         options["client"] = client
     elif settings.actuator == "cgroup":
         options["root"] = settings.cgroup_root
+    elif settings.actuator == "resize":
+        options.update(_api_endpoint(settings))
     try:
         return create(settings.actuator, **options)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
     except ActuatorError as exc:
         raise StartupError(f"actuator {settings.actuator}: {exc}") from None
+
+
+def _kube_config(settings: AgentSettings) -> Any:
+    """The Kubernetes client's configuration: from --kubeconfig, else in-cluster."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    try:
+        if settings.kubeconfig is not None:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(settings.kubeconfig), client_configuration=cfg)
+        else:
+            config.load_incluster_config(cfg)  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        raise StartupError(f"no Kubernetes API configuration ({exc}); set --kubeconfig") \
+            from None
+    return cfg
+
+
+def _api_endpoint(settings: AgentSettings) -> dict[str, Any]:
+    """The API server, bearer token and CA the resize actuator talks to."""
+    cfg = _kube_config(settings)
+    auth = str((cfg.api_key or {}).get("authorization") or "")
+    # The in-cluster loader writes "bearer <token>", a kubeconfig "Bearer <token>".
+    scheme, _, rest = auth.partition(" ")
+    token = (rest if scheme.lower() == "bearer" else auth).strip() or None
+    if token is None:
+        raise StartupError("actuator resize needs a bearer token (the pod's service account, "
+                           "or a token user in --kubeconfig)")
+    return {"server": cfg.host, "token": token, "ca_file": cfg.ssl_ca_cert}
 
 
 def _kube_api(settings: AgentSettings) -> Any:
@@ -90,7 +122,8 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
         discovery = DockerDiscovery(client, settings.label, on_error=count)
     else:
         discovery = KubeDiscovery(_kube_api(settings), settings.node_name, settings.label,
-                                  settings.pod_log_root, settings.progress_root, on_error=count)
+                                  settings.pod_log_root, settings.progress_root, on_error=count,
+                                  scheduler_name=settings.scheduler_name)
     link = None
     if settings.manager_url:
         link = ManagerLink(settings.manager_url, settings.bearer_token_file,

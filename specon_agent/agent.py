@@ -150,6 +150,7 @@ class Agent:
         if target.cid in self.jobs:
             return
         source = self._source(target)
+        self.actuator.register(target.cid, target.namespace, target.pod, target.container)
         self.jobs[target.cid] = _Followed(target, source)
         self.control.arrive(target.cid, now, self.meter.usage_ns(target.cid))
         self.metrics.events.labels("arrival").inc()

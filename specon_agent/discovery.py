@@ -219,20 +219,22 @@ class DockerDiscovery(_Watcher):
                 out.put(Departed(bare_id(cid)))
 
 
-def _opted_in(pod: Mapping[str, Any], label: str) -> bool:
+def _opted_in(pod: Mapping[str, Any], label: str, scheduler_name: str) -> bool:
     meta = pod.get("metadata") or {}
     if (meta.get("labels") or {}).get(label) == "true":
         return True
     if (meta.get("annotations") or {}).get(label) == "true":
         return True
-    return (pod.get("spec") or {}).get("schedulerName") == "specon"
+    return bool(scheduler_name) and (pod.get("spec") or {}).get("schedulerName") == scheduler_name
 
 
 def pod_targets(
-    pod: Mapping[str, Any], label: str, log_root: Path, progress_root: Path | None
+    pod: Mapping[str, Any], label: str, log_root: Path, progress_root: Path | None,
+    scheduler_name: str = "specon",
 ) -> list[Target]:
-    """The running training containers of one pod (the API's JSON, camelCase keys)."""
-    if not _opted_in(pod, label):
+    """The running training containers of one pod (the API's JSON, camelCase keys). A pod opts
+    in by ``label`` (as a label or an annotation, value "true") or by its scheduler name."""
+    if not _opted_in(pod, label, scheduler_name):
         return []
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
@@ -275,8 +277,10 @@ class KubeDiscovery(_Watcher):
         log_root: Path,
         progress_root: Path | None = None,
         on_error: Callable[[str], None] | None = None,
+        scheduler_name: str = "specon",
     ) -> None:
         super().__init__("kube-discovery", on_error)
+        self.scheduler_name = scheduler_name
         self.api = api
         self.node = node
         self.label = label
@@ -285,7 +289,8 @@ class KubeDiscovery(_Watcher):
         self._watch: Any = None
 
     def _targets(self, pod: Mapping[str, Any]) -> list[Target]:
-        return pod_targets(pod, self.label, self.log_root, self.progress_root)
+        return pod_targets(pod, self.label, self.log_root, self.progress_root,
+                           self.scheduler_name)
 
     def _interrupt(self) -> None:
         if self._watch is not None:

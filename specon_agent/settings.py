@@ -81,6 +81,9 @@ class AgentSettings(BaseSettings):
     label: str = Field(
         LABEL_TRAINING,
         description="label (or annotation) that opts a container or pod in, value 'true'")
+    scheduler_name: str = Field(
+        "specon", description="pods with this spec.schedulerName are training jobs too "
+        "(cluster mode; the chart's scheduler is specon-scheduler; empty: by label only)")
     docker_host: str | None = Field(None, description="Docker Engine URL (default: DOCKER_HOST)")
     kubeconfig: Path | None = Field(None, description="kubeconfig (cluster mode; default: "
                                     "in-cluster service account)")

@@ -1,7 +1,7 @@
 """Actuators: set a container's CPU limit (a fraction of the node) through one interface.
 
-``docker`` (Docker Engine API) and ``cgroup`` (direct v1/v2 writes); :func:`create` picks one by
-its configured name.
+``docker`` (Docker Engine API), ``cgroup`` (direct v1/v2 writes) and ``resize`` (Kubernetes
+in-place pod resize through the API server); :func:`create` picks one by its configured name.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ __all__ = [
     "create",
 ]
 
-KINDS = ("docker", "cgroup")
+KINDS = ("docker", "cgroup", "resize")
 
 
 def create(kind: str, **options: Any) -> Actuator:
-    """The actuator named ``kind`` (``docker`` or ``cgroup``), built with ``options``."""
+    """The actuator named ``kind`` (one of :data:`KINDS`), built with ``options``."""
     if kind == "docker":
         from .docker import DockerActuator
 
@@ -40,4 +40,8 @@ def create(kind: str, **options: Any) -> Actuator:
         from .cgroup import CgroupActuator
 
         return CgroupActuator(**options)
+    if kind == "resize":
+        from .resize import ResizeActuator
+
+        return ResizeActuator(**options)
     raise ValueError(f"unknown actuator {kind!r}: choose one of {', '.join(KINDS)}")

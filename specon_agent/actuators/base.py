@@ -214,6 +214,10 @@ class Actuator(ABC):
                 failed[cid] = exc
         return failed
 
+    def register(self, container_id: str, namespace: str, pod: str, container: str) -> None:
+        """Where a container lives in the API (only the resize actuator needs it)."""
+        return None
+
     def forget(self, container_id: str) -> None:
         """The container has ended: nothing to restore for it."""
         self._original.pop(container_id, None)

@@ -12,6 +12,7 @@ line; the agent then keeps the limits as they are.
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -53,10 +54,12 @@ def millicores(limit: CpuLimit) -> str:
 class ResizeActuator(Actuator):
     name = "resize"
 
-    def __init__(self, node_cpus: float, server: str, token: str | None = None,
+    def __init__(self, node_cpus: float | None, server: str, token: str | None = None,
                  ca_file: str | None = None, period_us: int = DEFAULT_PERIOD_US,
-                 set_requests: bool = False, timeout: float = 10.0) -> None:
-        super().__init__(node_cpus, period_us)
+                 min_step: float = 0.0, set_requests: bool = False,
+                 timeout: float = 10.0) -> None:
+        # The agent runs on the node it controls: its CPU count is the node's by default.
+        super().__init__(node_cpus or float(os.cpu_count() or 1), period_us, min_step)
         verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=ca_file)
                                          if ca_file else True)
         headers = {"Authorization": f"Bearer {token}"} if token else {}

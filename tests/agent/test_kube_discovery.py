@@ -106,6 +106,11 @@ def test_pod_targets_opt_in_rules() -> None:
     assert t.loss_regex == r"L=(?P<loss>\S+)"
     by_scheduler = {**running, "spec": {**running["spec"], "schedulerName": "specon"}}
     assert len(pod_targets(by_scheduler, "specon.io/training", root, None)) == 1
+    chart = {**running, "spec": {**running["spec"], "schedulerName": "specon-scheduler"}}
+    assert pod_targets(chart, "specon.io/training", root, None) == []
+    assert len(pod_targets(chart, "specon.io/training", root, None, "specon-scheduler")) == 1
+    assert pod_targets(by_scheduler, "specon.io/training", root, None, "specon-scheduler") == []
+    assert pod_targets(by_scheduler, "specon.io/training", root, None, "") == []
     waiting = {**by_label, "status": {"phase": "Running", "containerStatuses": [
         {"name": "c", "containerID": "docker://" + "a" * 64, "state": {"waiting": {}}}]}}
     assert pod_targets(waiting, "specon.io/training", root, None) == []
