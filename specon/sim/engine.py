@@ -27,16 +27,12 @@ from specon.core.growth import Growth, LossTrack
 from specon.core.predict import fit_curve
 from specon.core.rebalance import PlacedJob, plan_rebalance
 from specon.core.scoring import WorkerView, choose_host
+from specon.core.urgency import GIVEN_UP, ON_TRACK, urgency
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
 from specon.sim.model import JobResult, Policy, RunResult, SimConfig
 from specon.workload.models import JobSpec, Profile, Workload
 
 ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
-#: A job is "on track" when its predicted time is within this share of the time it has left.
-QOS_MARGIN = 0.9
-#: Priority levels of the QoS policies beyond the at-risk ones (which use their laxity in s).
-ON_TRACK = 10**9
-GIVEN_UP = 2 * 10**9
 #: Sharing modes that re-divide the CPU at every interval.
 TICKED_SHARES = ("las", "slaq", "dqoes", "deadline")
 
@@ -312,15 +308,8 @@ class Simulator:
         self._record(self.cpu[w.name], total)
 
     def _qos_level(self, job: _Job, w: _Worker) -> int:
-        """Priority for the QoS policies (lower first).
-
-        At-risk jobs that more CPU can still save come first, least laxity first (laxity =
-        time left minus the time needed at full speed); then jobs on track and jobs without
-        a target or deadline (equal shares); last, jobs already done with their target or
-        that cannot make it even with every core they can use. ``dqoes`` judges the time to
-        the target loss, predicted from the loss curve so far; ``deadline`` the time to
-        completion from the steps left.
-        """
+        """The job's urgency (specon.core.urgency): to its target loss, predicted from its
+        loss curve so far (``dqoes``), or to its declared end (``deadline``)."""
         spec = job.spec
         if self.policy.share == "dqoes":
             if spec.target_loss is None:
@@ -328,22 +317,14 @@ class Simulator:
             if job.result.target_reached_s is not None:
                 return GIVEN_UP
             steps = self._steps_to_target(job)
-            if steps is None:
-                return ON_TRACK
         else:
             if spec.deadline_s is None:
                 return ON_TRACK
             # The job's declared length (it reports its total steps), not where it will stop.
             steps = max(0.0, job.profile.iterations - job.done)
-        if math.isinf(steps):
-            return GIVEN_UP
         left = (spec.submit_s + spec.deadline_s - self.now) if spec.deadline_s else math.inf
-        best = steps / (job.profile.speed(job.max_cores) * w.speed / job.iter_cost)
-        if steps / max(job.rate, 1e-12) <= QOS_MARGIN * left:
-            return ON_TRACK
-        if best > left:
-            return GIVEN_UP
-        return min(ON_TRACK - 1, int(left - best))
+        best = job.profile.speed(job.max_cores) * w.speed / job.iter_cost
+        return urgency(steps, job.rate, best, left)
 
     def _steps_to_target(self, job: _Job) -> float | None:
         """Steps still needed to reach the target, from a learning curve fitted so far."""
