@@ -80,7 +80,9 @@ def _kube_config(settings: AgentSettings) -> Any:
 def _api_endpoint(settings: AgentSettings) -> dict[str, Any]:
     """The API server, bearer token and CA the resize actuator talks to."""
     cfg = _kube_config(settings)
-    auth = str((cfg.api_key or {}).get("authorization") or "")
+    # The key's name depends on the client's version ("authorization", later "BearerToken").
+    keys = {k.lower(): v for k, v in (cfg.api_key or {}).items()}
+    auth = str(keys.get("bearertoken") or keys.get("authorization") or "")
     # The in-cluster loader writes "bearer <token>", a kubeconfig "Bearer <token>".
     scheme, _, rest = auth.partition(" ")
     token = (rest if scheme.lower() == "bearer" else auth).strip() or None

@@ -239,14 +239,14 @@ def test_prometheus_scrapes_manager_and_agent(services: Services) -> None:
         assert _query(prom, f'specon_agent_node_cpus{{node="{NODE}"}} > 0')
         losses = _wait("a loss series", lambda: _query(prom, "specon_agent_job_loss"),
                        timeout=30, proc=proc)
-        # The agent's per-job label `job` meets Prometheus's own target label `job`: Prometheus
-        # keeps the target's and renames the agent's to exported_job (what the dashboards use).
+        # The agent names a job by namespace and pod; Prometheus's own `job` stays the scrape
+        # job (nothing gets renamed to exported_job).
         assert losses[0]["metric"]["job"] == "specon-agent"
-        assert "exported_job" in losses[0]["metric"]
+        assert "pod" in losses[0]["metric"] and "exported_job" not in losses[0]["metric"]
         assert _wait("jobs per category on the worker", lambda: _query(
             prom, "sum by (node, category) (specon_agent_jobs) > 0"), timeout=30)
         # Every dashboard query evaluates (with Grafana's variables filled in).
-        job = losses[0]["metric"]["exported_job"]
+        job = losses[0]["metric"]["pod"]
         for board in DASHBOARDS:
             for expr in exprs_of(json.loads(board.read_text())):
                 _query(prom, expr.replace("$__rate_interval", "15s").replace("$job", job))
@@ -274,13 +274,11 @@ def test_metric_names_follow_prometheus_conventions(services: Services) -> None:
         for s in fam.samples:
             # No per-iteration or free-form label: only these bounded ones exist.
             assert set(s.labels) <= {"verb", "result", "decision", "state", "category", "reason",
-                                     "outcome", "le", "job", "list", "direction", "kind",
-                                     "phase", "event"}, (s.name, s.labels)
+                                     "outcome", "le", "list", "direction", "kind",
+                                     "phase", "event", "namespace", "pod", "container"}, (
+                s.name, s.labels)
 
 
-@pytest.mark.xfail(strict=True, reason="the agent's per-job label is named `job`, which "
-                   "Prometheus reserves for the scrape job (it is renamed exported_job); "
-                   "reported for a rename in specon_agent/metrics.py")
 def test_no_metric_uses_a_label_prometheus_reserves(services: Services) -> None:
     for fam in _families(services):
         for s in fam.samples:
