@@ -691,7 +691,7 @@ def test_two_replicas_elect_one_leader_and_the_standby_finishes_its_migration(
             agents[mnodes[3]].reallocate(ns, "train-h")  # a dies once the request is recorded
         assert a.wait_exit(30) == 137
         # the standby takes the Lease once it has not been renewed for its duration
-        wait_for("the standby ready", lambda: b.answers("/readyz"), timeout=30)
+        wait_for("the standby ready", lambda: b.answers("/readyz"), timeout=60)
         assert holder()["holderIdentity"] == "replica-b" and holder()["leaseTransitions"] >= 1
         agents = agents_for(b.url, tokens)
         crowded_source(mnodes, ns, agents)
