@@ -3,8 +3,8 @@ containers started apart on this host, `specon-agent` in standalone mode. The co
 CFS quota is lowered and the young jobs' raised (`docker inspect`), measured CPU use follows
 (the engine's stats), and when a job ends its limit is released and the others rise.
 
-Shortened from the research's minute apart to about half a minute and a 10 s interval, so that
-the test takes a few minutes; the jobs are real training all the same.
+The jobs start a minute apart, as the issue asks; a 10 s interval (instead of the shipped
+120 s) lets FlowCon act within the test's few minutes. The jobs are real training.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow,
               pytest.mark.timeout(900)]
 
 START_QUOTA = 100_000  # every job starts with one core of the two; NA-like equal shares
-STAGGER_S = 30.0
+STAGGER_S = 60.0
 
 
 def job_label(c: Container) -> dict[str, str]:
