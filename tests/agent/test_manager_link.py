@@ -4,7 +4,6 @@ or hangs is counted and backed off from, and the control loop never waits for it
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import uvicorn
+from planelib import free_port
+from servelib import serve
 
 from specon.core.categorize import Category
 from specon.wire import Heartbeat, HeartbeatReply, ReallocationRequest
@@ -27,30 +27,12 @@ from specon_manager.settings import ManagerSettings
 TOKEN = "agent-test-token-0123456789"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def real_manager(port: int | None = None, **settings: object) -> Iterator[tuple[str, object]]:
     app = create_app(ManagerSettings(kubernetes=False, migration=False, **settings),  # type: ignore[arg-type]
                      tokens=NodeTokens({TOKEN: "node-a"}))
-    port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with serve(app, port) as url:
+        yield url, app
 
 
 class _FaultyManager(BaseHTTPRequestHandler):

@@ -6,8 +6,6 @@ once, before the next heartbeat."""
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,10 +13,10 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
-import uvicorn
-from agentlib import agent_process, free_port, unique_label, wait_for
+from agentlib import agent_process, unique_label, wait_for
 from docker.models.containers import Container
 from dockerlib import LABEL
+from servelib import serve
 
 from specon_manager.app import create_app
 from specon_manager.auth import NodeTokens
@@ -42,20 +40,8 @@ def manager() -> Iterator[tuple[str, Any]]:
     settings = ManagerSettings(kubernetes=False, migration=False, alpha=0.05, interval_s=3.0,
                                flowcon_alpha=0.05, flowcon_beta=2.0)
     app = create_app(settings, tokens=NodeTokens({TOKEN: "worker-1"}))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with serve(app) as url:
+        yield url, app
 
 
 def test_heartbeats_and_an_immediate_reallocation_request_reach_the_manager(
