@@ -5,6 +5,8 @@
 pod's creation (``90m``, ``2h30m``, ``3600s``, ``1d``).
 ``specon.io/stop-at-target``: ``true``/``false`` (default false): stop after the final
 checkpoint once the target is reached.
+``specon.io/total-steps``: a positive integer, the steps the job runs in all (what a deadline
+without a target is measured against: the agent predicts the finish from the step rate).
 
 Pure: the caller passes the annotations and the creation time and gets a :class:`QosSpec` or
 one :class:`QosError` whose message names the annotation, for an event on the pod.
@@ -21,6 +23,10 @@ from datetime import datetime, timedelta
 TARGET_LOSS = "specon.io/target-loss"
 DEADLINE = "specon.io/deadline"
 STOP_AT_TARGET = "specon.io/stop-at-target"
+TOTAL_STEPS = "specon.io/total-steps"
+#: Every annotation this module reads (the agent and the manager look for these).
+ANNOTATIONS = (TARGET_LOSS, DEADLINE, STOP_AT_TARGET, TOTAL_STEPS)
+_MAX_STEPS = 10**12
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -37,6 +43,11 @@ class QosSpec:
     #: Seconds after the pod's creation by which it should complete.
     deadline_s: float | None = None
     stop_at_target: bool = False
+    total_steps: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.target_loss is None and self.deadline_s is None
 
 
 def parse_duration(text: str) -> float:
@@ -79,7 +90,17 @@ def parse(annotations: Mapping[str, str], created: datetime) -> QosSpec:
         stop = low == "true"
         if stop and target is None:
             raise QosError(f"{STOP_AT_TARGET}: set, but the pod has no {TARGET_LOSS}")
-    return QosSpec(target_loss=target, deadline_s=deadline, stop_at_target=stop)
+    steps: int | None = None
+    raw = annotations.get(TOTAL_STEPS)
+    if raw is not None:
+        try:
+            steps = int(raw.strip())
+        except ValueError:
+            raise QosError(f"{TOTAL_STEPS}: {raw!r} is not a whole number") from None
+        if not 0 < steps <= _MAX_STEPS:
+            raise QosError(f"{TOTAL_STEPS}: {raw!r} must be between 1 and {_MAX_STEPS}")
+    return QosSpec(target_loss=target, deadline_s=deadline, stop_at_target=stop,
+                   total_steps=steps)
 
 
 def _deadline(raw: str, created: datetime) -> float:

@@ -25,6 +25,7 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
+QosState = Literal["none", "on-track", "at-risk", "given-up", "reached"]
 
 
 class _Wire(BaseModel):
@@ -57,9 +58,20 @@ class JobReport(_Wire):
     cpu_cores: NonNeg = 0.0
     migrated: bool = False
     checkpointable: bool = False  # honours the training contract (can be moved)
-    #: Quality target / deadline predictions (issue 7); None when unknown.
+    #: Quality target and deadline (docs/qos.md); None when the pod states none.
+    target_loss: Finite | None = None
+    deadline: NonNeg | None = None  # seconds since the epoch, agent clock
+    target_reached: bool = False
+    #: Where the job stands against them: none, on-track, at-risk (more CPU can still save
+    #: it), given-up (cannot make it even with the whole node) or reached.
+    qos: QosState = "none"
+    #: Seconds from now, at the current rate; None when unknown (no fit yet, no step rate).
     predicted_finish_s: NonNeg | None = None
     predicted_target_s: NonNeg | None = None
+    predicted_target_low_s: NonNeg | None = None  # the uncertainty band of the target time
+    predicted_target_high_s: NonNeg | None = None
+    #: Deadline minus the predicted time to it (negative: late at the current rate).
+    slack_s: Finite | None = None
     #: The job's last verified checkpoint (None: none seen); answers a CheckpointRequest.
     checkpoint: SavedCheckpoint | None = None
 

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specon.qos import DEADLINE, STOP_AT_TARGET, TARGET_LOSS, QosError, parse, parse_duration
+from specon.qos import (
+    DEADLINE,
+    STOP_AT_TARGET,
+    TARGET_LOSS,
+    TOTAL_STEPS,
+    QosError,
+    parse,
+    parse_duration,
+)
 
 T0 = datetime(2026, 11, 21, 16, 0, tzinfo=UTC)
 
@@ -27,7 +35,8 @@ def test_full_spec_with_rfc3339_and_duration():
     assert q.target_loss == 0.05 and q.deadline_s == 7200 and q.stop_at_target
     assert parse({DEADLINE: "2h"}, T0).deadline_s == 7200
     assert parse({DEADLINE: "2026-11-21T18:00:00+01:00"}, T0).deadline_s == 3600
-    assert parse({}, T0).target_loss is None
+    assert parse({}, T0).target_loss is None and parse({}, T0).empty
+    assert parse({DEADLINE: "1h", TOTAL_STEPS: " 1200 "}, T0).total_steps == 1200
 
 
 @pytest.mark.parametrize(
@@ -41,6 +50,8 @@ def test_full_spec_with_rfc3339_and_duration():
         ({DEADLINE: "400d"}, "at most 366 days"),
         ({STOP_AT_TARGET: "yes", TARGET_LOSS: "1"}, "true or false"),
         ({STOP_AT_TARGET: "true"}, "no specon.io/target-loss"),
+        ({TOTAL_STEPS: "1e3"}, "specon.io/total-steps: '1e3' is not a whole number"),
+        ({TOTAL_STEPS: "0"}, "between 1 and"),
     ],
 )
 def test_malformed_annotations_name_themselves(ann, needle):
