@@ -136,7 +136,9 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
         flowcon_alpha=settings.flowcon_alpha, flowcon_beta=settings.flowcon_beta,
         flowcon_interval_s=settings.flowcon_interval_s,
         flowcon_max_interval_s=settings.flowcon_max_interval_s, poll_s=settings.poll_s,
-        tail_bytes=settings.tail_bytes, restore_on_exit=settings.restore_on_exit)
+        tail_bytes=settings.tail_bytes, restore_on_exit=settings.restore_on_exit,
+        qos_interval_s=settings.qos_interval_s, qos_window_s=settings.qos_window_s,
+        qos_floor_cores=settings.qos_floor_cores)
     agent = Agent(config, actuator, meter, link=link, metrics=metrics)
     log.info("specon-agent %s mode on node %s: actuator %s (%.3g CPUs), CPU use from %s, "
              "manager %s", settings.mode, settings.node_name, actuator.name, actuator.node_cpus,

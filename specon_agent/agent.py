@@ -23,6 +23,7 @@ from typing import Any
 from specon import defaults
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
+from specon.core.urgency import Assessment, qos_limits
 from specon.sdk import SAVED_FILE, verify_checkpoint
 from specon.wire import (
     CheckpointRequest,
@@ -39,8 +40,9 @@ from .control import NodeControl
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Event, Resync, Target
 from .manager import ManagerLink
-from .metrics import AgentMetrics, JobKey
+from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
 from .progress import ProgressSource
+from .qos import JobQos
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,11 @@ class LoopConfig:
     poll_s: float = 2.0
     tail_bytes: int = 1 << 20
     restore_on_exit: bool = True
+    #: Quality targets and deadlines: how often they are judged, the window of the step rate,
+    #: and the lowest limit (cores) a job that can spare CPU is held at.
+    qos_interval_s: float = 15.0
+    qos_window_s: float = 30.0
+    qos_floor_cores: float = 0.1
 
     def flow_params(self) -> FlowConParams:
         itval = self.flowcon_interval_s or self.interval_s
@@ -77,6 +84,7 @@ class _Followed:
     #: they proved (None: it did not verify).
     saved_seen: tuple[str, str, tuple[int, ...]] | None = None
     checkpoint: SavedCheckpoint | None = None
+    qos: JobQos | None = None  # its target / deadline, when the pod states one
 
 
 @dataclass
@@ -114,6 +122,7 @@ class Agent:
         now = clock()
         self.next_poll = now
         self.next_cat = now + self.interval_s
+        self.next_qos = now + config.qos_interval_s
         self.seq = 0
         self._retry_at = -math.inf
         self.metrics.node_cpus.set(actuator.node_cpus)
@@ -151,7 +160,15 @@ class Agent:
             return
         source = self._source(target)
         self.actuator.register(target.cid, target.namespace, target.pod, target.container)
-        self.jobs[target.cid] = _Followed(target, source)
+        self.jobs[target.cid] = job = _Followed(target, source)
+        if target.qos_error is not None:
+            self.metrics.qos_errors.inc()
+            log.warning("%s: quality annotations ignored: %s", target.name, target.qos_error)
+        elif target.qos is not None:
+            job.qos = JobQos(target.qos, target.created if target.created is not None else now,
+                             window_s=self.config.qos_window_s)
+            log.info("%s: target loss %s, deadline %s", target.name,
+                     _fmt(target.qos.target_loss), _fmt(job.qos.deadline))
         self.control.arrive(target.cid, now, self.meter.usage_ns(target.cid))
         self.metrics.events.labels("arrival").inc()
         log.info("job %s (%s) arrived; following %s", target.name, target.cid[:12],
@@ -179,6 +196,8 @@ class Agent:
         if job.source is None:
             return
         reading = job.source.poll()
+        if job.qos is not None:
+            job.qos.add(self.clock(), reading.steps, reading.losses)
         if reading.parse_errors:
             self.metrics.parse_errors.inc(reading.parse_errors)
         st = job.source.stats
@@ -256,6 +275,10 @@ class Agent:
             with self.metrics.loop_seconds.labels("categorize").time():
                 self._categorize(now)
             self.next_cat = now + self.interval_s
+        if now >= self.next_qos:
+            with self.metrics.loop_seconds.labels("qos").time():
+                self._qos_tick(now)
+            self.next_qos = now + self.config.qos_interval_s
         self._log_transitions(before)
         self.apply(now)
         if polled:
@@ -292,8 +315,47 @@ class Agent:
                          job.target.name)
             job.asked = True
 
+    def _qos_tick(self, now: float) -> None:
+        """Judge every job with a target or deadline; their limits override FlowCon's."""
+        cpus = self.actuator.node_cpus
+        judged: dict[str, Assessment | None] = {}
+        for cid, job in self.jobs.items():
+            q = job.qos
+            if q is None:
+                judged[cid] = None
+                continue
+            before = q.assessment.state if q.assessment is not None else None
+            q.sample(now, self.meter.usage_ns(cid))
+            a = q.judge(now, best_cores=cpus)
+            judged[cid] = a
+            if a.state != before:
+                log.info("%s: %s -> %s (predicted %s s, slack %s s, needs %s cores)",
+                         job.target.name, before or "new", a.state, _fmt(a.predicted_s),
+                         _fmt(a.slack_s), _fmt(a.need_cores))
+            if q.reached_at is not None and q.spec.stop_at_target and not q.stop_asked:
+                self._stop_at_target(job)
+        if not any(a is not None for a in judged.values()):
+            return
+        floor = min(1.0, self.config.qos_floor_cores / cpus)
+        limits = {cid: v for cid, v in qos_limits(judged, cpus, floor).items() if v is not None}
+        if self.control.set_qos_limits(limits, floor):
+            log.info("QoS limits: %s", ", ".join(
+                f"{self.jobs[c].target.name}={v * cpus:.2f}" for c, v in limits.items())
+                or "none (FlowCon decides)")
+
+    def _stop_at_target(self, job: _Followed) -> None:
+        assert job.qos is not None
+        job.qos.stop_asked = True
+        if job.target.checkpoint_dir is None:
+            log.warning("%s reached its target; it asked to stop there but has no checkpoint "
+                        "directory, so it runs on", job.target.name)
+            return
+        log.info("%s reached its target loss %s: asking it to save and stop", job.target.name,
+                 job.qos.spec.target_loss)
+        self._write_request(job, f"target-{job.target.cid[:12]}", exit=True, done=True)
+
     def next_due(self) -> float:
-        return min(self.next_poll, self.control.flow_due, self.next_cat)
+        return min(self.next_poll, self.control.flow_due, self.next_cat, self.next_qos)
 
     # -- the manager --------------------------------------------------------------------------
     def _drain_inbox(self) -> None:
@@ -320,20 +382,27 @@ class Agent:
             self._ask_checkpoint(creq)
 
     def _ask_checkpoint(self, creq: CheckpointRequest) -> None:
-        """Write the job's request file (docs/training-contract.md §4), atomically."""
         job = next((j for j in self.jobs.values()
                     if (j.target.namespace, j.target.pod) == (creq.namespace, creq.pod)), None)
-        if job is None or job.target.checkpoint_dir is None:
+        if job is not None:
+            self._write_request(job, creq.id, exit=creq.exit)
+
+    def _write_request(self, job: _Followed, rid: str, exit: bool, done: bool = False) -> None:
+        """Write the job's request file (docs/training-contract.md §4), atomically."""
+        if job.target.checkpoint_dir is None:
             return
         path = job.target.checkpoint_dir / "request.json"
+        body: dict[str, Any] = {"id": rid, "exit": exit}
+        if done:
+            body["done"] = True
         try:
-            if path.exists() and json.loads(path.read_text()).get("id") == creq.id:
+            if path.exists() and json.loads(path.read_text()).get("id") == rid:
                 return
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-request-")
             with os.fdopen(fd, "w") as f:
-                json.dump({"id": creq.id, "exit": creq.exit}, f)
+                json.dump(body, f)
             os.replace(tmp, path)
-            log.info("asked %s for checkpoint %s", job.target.name, creq.id)
+            log.info("asked %s for checkpoint %s", job.target.name, rid)
         except (OSError, ValueError) as exc:
             log.warning("cannot write %s: %s", path, exc)
 
@@ -401,18 +470,49 @@ class Agent:
                 continue
             t = job.target
             g = view.growth
-            reports.append(JobReport(
+            reports.append(self._qos_report(job, now, JobReport(
                 namespace=t.namespace, pod=t.pod, container=t.container, uid=t.uid,
                 category=view.cat.category,
                 growth=g.progress if g is not None else None,
                 efficiency=view.efficiency, loss=view.loss,
                 limit=min(1.0, self.control.limits.get(cid, 1.0)), cpu_cores=view.cores,
                 migrated=view.cat.migrated, checkpointable=t.migratable,
-                checkpoint=self.checkpoint_of(job)))
+                checkpoint=self.checkpoint_of(job))))
         return Heartbeat(
             node=self.config.node, time=now, seq=self.seq, capacity_cpus=self.actuator.node_cpus,
             load_cores=sum(r.cpu_cores for r in reports), jobs=reports,
             actuator=self.actuator.name)
+
+    @staticmethod
+    def _qos_report(job: _Followed, now: float, report: JobReport) -> JobReport:
+        q = job.qos
+        if q is None:
+            return report
+        a = q.assessment
+        est, low, high = q.target_s()
+        slack = a.slack_s if a is not None else None
+        return report.model_copy(update={
+            "target_loss": q.spec.target_loss, "deadline": q.deadline,
+            "target_reached": q.reached_at is not None,
+            "qos": a.state if a is not None else "on-track",
+            "predicted_finish_s": q.finish_s(), "predicted_target_s": est,
+            "predicted_target_low_s": low, "predicted_target_high_s": high,
+            "slack_s": slack if slack is not None and math.isfinite(slack) else None,
+        })
+
+    def _publish_qos(self, label: JobKey, q: JobQos) -> None:
+        m = self.metrics
+        a = q.assessment
+        for state in QOS_STATES:
+            m.job_qos.labels(*label, state).set(int(a is not None and a.state == state))
+        finish = q.finish_s()
+        if finish is not None:
+            m.job_predicted_finish.labels(*label).set(finish)
+        for bound, v in zip(BOUNDS, q.target_s(), strict=True):
+            if v is not None:
+                m.job_predicted_target.labels(*label, bound).set(v)
+        if a is not None and a.slack_s is not None and math.isfinite(a.slack_s):
+            m.job_slack.labels(*label).set(a.slack_s)
 
     def _label(self, t: Target) -> JobKey:
         return (t.namespace, t.pod, t.container)
@@ -440,6 +540,8 @@ class Agent:
             m.job_limit.labels(*label).set(
                 min(1.0, self.control.limits.get(cid, 1.0)) * self.actuator.node_cpus)
             m.job_cpu.labels(*label).set(view.cores)
+            if job.qos is not None:
+                self._publish_qos(label, job.qos)
         if self.link is not None:
             self.link.offer_heartbeat(self.heartbeat(now))
 

@@ -62,6 +62,10 @@ class NodeControl:
         self.flow_due = math.inf
         #: Set whenever the limits may have changed and must be applied.
         self.dirty = False
+        #: Limits the quality targets and deadlines decided (specon_agent/qos.py); they
+        #: replace FlowCon's for those jobs. ``qos_floor``: the lowest such a limit goes.
+        self.qos_limits: dict[str, float] = {}
+        self.qos_floor = 0.0
 
     # -- parameters (from the manager) --------------------------------------------------------
     def set_parameters(self, alpha: float, flow_alpha: float, beta: float) -> bool:
@@ -82,6 +86,7 @@ class NodeControl:
     def depart(self, cid: str, now: float) -> bool:
         if self.jobs.pop(cid, None) is None:
             return False
+        self.qos_limits.pop(cid, None)
         self.flow = flowcon.remove_container(self.flow, cid, self.params)
         self._listener(now)
         return True
@@ -158,14 +163,26 @@ class NodeControl:
         if job is not None:
             job.cat = replace(job.cat, migrated=True)
 
+    def set_qos_limits(self, limits: Mapping[str, float], floor: float) -> bool:
+        """Replace the QoS overrides; True (and dirty) when they changed."""
+        new = {cid: v for cid, v in limits.items() if cid in self.jobs}
+        if new == self.qos_limits and floor == self.qos_floor:
+            return False
+        self.qos_limits, self.qos_floor = new, floor
+        self.dirty = True
+        return True
+
     # -- views --------------------------------------------------------------------------------
     @property
     def limits(self) -> Mapping[str, float]:
-        return self.flow.limits
+        if not self.qos_limits:
+            return self.flow.limits
+        return {**self.flow.limits, **self.qos_limits}
 
     @property
     def floor(self) -> float:
-        return self.flow.floor(self.params)
+        flow = self.flow.floor(self.params)
+        return min(flow, self.qos_floor) if self.qos_limits else flow
 
     def flow_list(self, cid: str) -> FlowList | None:
         return self.flow.lists.get(cid)

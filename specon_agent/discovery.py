@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from specon.qos import ANNOTATIONS, QosError, QosSpec, parse
 
 from .actuators.base import bare_id
 from .tail import newest_cri_log
@@ -46,6 +50,10 @@ class Target:
     checkpoint_dir: Path | None = None
     migratable: bool = False
     loss_regex: str | None = None  # a user's pattern with a (?P<loss>...) group
+    #: The quality target / deadline the pod states (None: none, or malformed).
+    qos: QosSpec | None = None
+    qos_error: str | None = None  # why the stated one was refused (the agent logs it once)
+    created: float | None = None  # the pod's (container's) creation, seconds since the epoch
 
     @property
     def name(self) -> str:
@@ -120,6 +128,37 @@ class _Watcher:
         raise NotImplementedError
 
 
+def parse_time(text: str | None) -> datetime | None:
+    """An RFC 3339 time as the engines and the API write it (nanoseconds allowed); None if
+    missing or unreadable."""
+    if not text:
+        return None
+    m = re.fullmatch(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text.strip())
+    if m is None:
+        return None
+    frac = (m.group(2) or "")[:7]
+    try:
+        return datetime.fromisoformat(m.group(1) + frac + m.group(3).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def read_qos(
+    stated: Mapping[str, str], created: str | None
+) -> tuple[QosSpec | None, str | None, float | None]:
+    """(spec, error, creation time) from a pod's annotations or a container's labels."""
+    when = parse_time(created)
+    if not any(k in stated for k in ANNOTATIONS):
+        return None, None, when.timestamp() if when else None
+    if when is None:
+        return None, f"creation time {created!r} unreadable: quality annotations ignored", None
+    try:
+        spec = parse(stated, when)
+    except QosError as exc:
+        return None, str(exc), when.timestamp()
+    return (None if spec.empty else spec), None, when.timestamp()
+
+
 def host_path(path: str, mounts: Iterable[Mapping[str, Any]]) -> Path | None:
     """The host path of ``path`` inside a container, through its bind mounts and volumes (the
     longest matching destination wins); None when the path is on no mount."""
@@ -159,6 +198,7 @@ class DockerDiscovery(_Watcher):
         ckpt = env.get(ENV_CHECKPOINT)
         labels = (attrs.get("Config") or {}).get("Labels") or {}
         log_path = attrs.get("LogPath") or None
+        qos, problem, created = read_qos(labels, attrs.get("Created"))
         return Target(
             cid=bare_id(attrs["Id"]),
             namespace="docker",
@@ -170,6 +210,7 @@ class DockerDiscovery(_Watcher):
             checkpoint_dir=host_path(ckpt, mounts) if ckpt else None,
             migratable=labels.get("specon.io/migratable") == "true",
             loss_regex=labels.get(ANNOTATION_REGEX) or None,
+            qos=qos, qos_error=problem, created=created,
         )
 
     def list(self) -> list[Target]:
@@ -248,6 +289,7 @@ def pod_targets(
         progress = progress_root / ann[ANNOTATION_PROGRESS].lstrip("/")
     if progress_root is not None and ann.get(ANNOTATION_CHECKPOINT):
         ckpt = progress_root / ann[ANNOTATION_CHECKPOINT].lstrip("/")
+    qos, problem, created = read_qos(ann, meta.get("creationTimestamp"))
     out = []
     for cs in status.get("containerStatuses") or []:
         cid = cs.get("containerID")
@@ -262,6 +304,7 @@ def pod_targets(
             log_path=path, log_kind="cri", progress_path=progress, checkpoint_dir=ckpt,
             migratable=labels.get("specon.io/migratable") == "true",
             loss_regex=ann.get(ANNOTATION_REGEX) or None,
+            qos=qos, qos_error=problem, created=created,
         ))
     return out
 

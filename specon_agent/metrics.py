@@ -19,6 +19,8 @@ from specon.core.flowcon import FlowList
 JOB_LABELS = ("namespace", "pod", "container")
 JobKey = tuple[str, str, str]
 
+QOS_STATES = ("on-track", "at-risk", "given-up", "reached")
+BOUNDS = ("estimate", "low", "high")
 _LOOP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -91,12 +93,39 @@ class AgentMetrics:
             "its manifest, unreadable).", ["outcome"], registry=r)
         self.events = Counter("specon_agent_job_events_total", "Arrivals and departures.",
                               ["event"], registry=r)
+        # Quality targets and deadlines (docs/qos.md); only jobs that state one.
+        self.job_qos = Gauge(
+            "specon_agent_job_qos_state",
+            "1 for the job's state against its target or deadline (on-track, at-risk, "
+            "given-up, reached).", [*j, "state"], registry=r)
+        self.job_predicted_finish = Gauge(
+            "specon_agent_job_predicted_finish_seconds",
+            "Predicted seconds until the job completes, at its current step rate.", j,
+            registry=r)
+        self.job_predicted_target = Gauge(
+            "specon_agent_job_predicted_target_seconds",
+            "Predicted seconds until the job reaches its target loss (bound: estimate, low, "
+            "high: the uncertainty band).", [*j, "bound"], registry=r)
+        self.job_slack = Gauge(
+            "specon_agent_job_deadline_slack_seconds",
+            "Deadline minus the predicted time to the job's goal (negative: late at the "
+            "current rate).", j, registry=r)
+        self.qos_errors = Counter(
+            "specon_agent_qos_annotation_errors_total",
+            "Jobs whose quality annotations were malformed (ignored; the log says why).",
+            registry=r)
 
     def forget_job(self, job: JobKey) -> None:
         for g in (self.job_loss, self.job_growth, self.job_efficiency, self.job_limit,
-                  self.job_cpu):
+                  self.job_cpu, self.job_predicted_finish, self.job_slack):
             with contextlib.suppress(KeyError):
                 g.remove(*job)
+        for state in QOS_STATES:
+            with contextlib.suppress(KeyError):
+                self.job_qos.remove(*job, state)
+        for bound in BOUNDS:
+            with contextlib.suppress(KeyError):
+                self.job_predicted_target.remove(*job, bound)
         for cat in Category:
             with contextlib.suppress(KeyError):
                 self.job_category.remove(*job, cat.value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specon.logparse import LogParser
@@ -21,6 +21,8 @@ from .tail import FileTail, TailStats, decoder_for
 class Reading:
     losses: list[float]
     parse_errors: int
+    #: The step each loss was logged at (None where the log did not say), same length.
+    steps: list[int | None] = field(default_factory=list)
 
 
 class ProgressSource:
@@ -77,9 +79,11 @@ class ProgressSource:
             return Reading([], 1)
         decoded = self._decoder.feed(raw)
         losses: list[float] = []
+        steps: list[int | None] = []
         for line in decoded.lines:
             for rec in self._parser.feed(line + "\n"):
                 losses.append(rec.loss)
+                steps.append(rec.step)
                 if math.isfinite(rec.loss):
                     self.last_loss = rec.loss
-        return Reading(losses, decoded.errors + self._parser_errors())
+        return Reading(losses, decoded.errors + self._parser_errors(), steps)

@@ -109,6 +109,14 @@ class AgentSettings(BaseSettings):
     tail_bytes: int = Field(
         1 << 20, ge=4096, description="at most this much of an existing log is read on discovery")
 
+    qos_interval_s: float = Field(
+        15.0, gt=0, le=3600, description="how often targets and deadlines are judged (s)")
+    qos_window_s: float = Field(
+        30.0, gt=0, le=3600, description="window over which a job's step rate is measured (s)")
+    qos_floor_cores: float = Field(
+        0.1, gt=0, description="the lowest CPU limit (cores) a job that can spare CPU is held "
+        "at for one that would miss its deadline")
+
     manager_url: str | None = Field(None, description="manager base URL (cluster mode)")
     token_file: Path | None = Field(
         None, description="bearer token file (default: the pod's service-account token)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 #: A job is on track when its predicted time is within this share of the time it has left.
 MARGIN = 0.9
@@ -41,15 +42,91 @@ def urgency(
     return min(ON_TRACK - 1, int(time_left - best))
 
 
-def limits_from_levels(levels: Mapping[str, int], floor: float) -> dict[str, float]:
-    """Node-level CPU limits (fractions of the node) that express the levels with soft caps.
+#: An on-track job that gives CPU up keeps enough to finish at this share of its time left.
+GIVE = 0.75
 
-    At-risk jobs may use the whole node; jobs on track keep the whole node too (unused CPU
-    flows between them); when any job is at risk, jobs that gave up or are done are held at
-    the floor so the CPU goes to the at-risk ones. With nobody at risk nothing is capped.
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """Where one job with a target or a deadline stands (the agent's view, reported)."""
+
+    state: str  # "on-track", "at-risk", "given-up" or "reached"
+    level: int  # :func:`urgency`, lower first
+    #: Seconds to the goal (the target, else the end) at the current rate; None: unknown.
+    predicted_s: float | None = None
+    slack_s: float | None = None  # time left minus predicted_s (None: no deadline or unknown)
+    #: Cores the job needs to reach its goal at ``GIVE`` of its time left, at its measured
+    #: speed per core (None: unknown, or no deadline).
+    need_cores: float | None = None
+
+
+def assess(
+    steps_left: float | None,
+    rate_now: float,
+    cores_now: float,
+    best_cores: float,
+    time_left: float,
+    reached: bool = False,
+    give: float = GIVE,
+) -> Assessment:
+    """One job's state. ``steps_left``: to the goal (None unknown, inf never); ``rate_now`` in
+    steps/s measured while the job used ``cores_now`` cores; ``best_cores``: the most it could
+    use; ``time_left``: seconds to its deadline (inf: none)."""
+    if reached:
+        return Assessment("reached", GIVEN_UP, 0.0, None, 0.0)
+    per_core = rate_now / cores_now if rate_now > 0 and cores_now > 0 else 0.0
+    if steps_left is None or per_core <= 0:
+        return Assessment("on-track", ON_TRACK)
+    if math.isinf(steps_left):
+        return Assessment("given-up", GIVEN_UP)
+    level = urgency(steps_left, rate_now, per_core * best_cores, time_left)
+    predicted = steps_left / rate_now
+    if math.isinf(time_left):
+        return Assessment("on-track", level, predicted)
+    slack = time_left - predicted
+    need = steps_left / max(give * time_left, 1e-9) / per_core
+    state = "on-track" if level == ON_TRACK else "given-up" if level >= GIVEN_UP else "at-risk"
+    return Assessment(state, level, predicted, slack, need)
+
+
+def qos_limits(
+    jobs: Mapping[str, Assessment | None], node_cpus: float, floor: float
+) -> dict[str, float | None]:
+    """Node-level CPU limits (fractions of the node) for the jobs of one node.
+
+    A job is *pressed* when it needs more cores than an equal share of the node gives it (so
+    plain sharing would make it late) and can still make it. While any job is pressed, pressed
+    jobs may use the whole node; jobs with a deadline that are not pressed keep the cores they
+    need to finish at ``GIVE`` of their time left; jobs past saving, and jobs whose target is
+    reached, are held at ``floor``. A job whose target is reached is held at ``floor`` always
+    (its CPU is better used by the others). None: no say (the job keeps FlowCon's limit); so do
+    all jobs when nobody is pressed. Because being pressed depends on the job's speed per core
+    and its time left, not on what it gets now, giving it CPU does not undo the decision at
+    the next tick (no oscillation).
     """
-    at_risk = any(v < ON_TRACK for v in levels.values())
-    return {
-        name: (max(0.0, min(1.0, floor)) if at_risk and v >= GIVEN_UP else 1.0)
-        for name, v in levels.items()
-    }
+    floor = max(0.0, min(1.0, floor))
+    n = max(1, len(jobs))
+    fair = node_cpus / n
+
+    def pressed(a: Assessment | None) -> bool:
+        return (a is not None and a.need_cores is not None and a.state != "given-up"
+                and a.need_cores > fair)
+
+    any_pressed = any(pressed(a) for a in jobs.values())
+    out: dict[str, float | None] = {}
+    for name, a in jobs.items():
+        if a is None:
+            out[name] = None
+        elif a.state == "reached" and n > 1:
+            out[name] = floor
+        elif not any_pressed:
+            out[name] = None
+        elif pressed(a):
+            out[name] = 1.0
+        elif a.state == "given-up":
+            out[name] = floor
+        elif a.need_cores is not None:
+            out[name] = max(floor, min(1.0, a.need_cores / node_cpus))
+        else:
+            out[name] = None
+    return out

@@ -29,6 +29,9 @@ REQUEST_FILE = "request.json"
 SAVED_FILE = "saved.json"
 #: Exit status of a job that saved and stopped so it can be moved (128 + SIGTERM).
 EXIT_STOPPED = 143
+#: Exit status after a request with ``"done": true`` (the job is finished, e.g. its target
+#: loss is reached): a completed job, not one to restart.
+EXIT_DONE = 0
 MANIFEST_FORMAT = "specon-checkpoint/v1"
 _PREFIX = "ckpt-"
 
@@ -265,15 +268,19 @@ class Checkpointer:
         current = state() if callable(state) else state
         reason = self._stop_reason if stop else ("request" if request is not None else "periodic")
         saved = self.save(current, step, reason=reason)
+        code = EXIT_STOPPED
         if request is not None and saved is not None:
             self._handled_request = str(request.get("id"))
             self._write_saved(saved, "request")
             if request.get("exit"):
                 stop = True
+                if request.get("done") is True and not self._stop.is_set():
+                    # The job is finished (its quality target is reached): exit as completed.
+                    code, reason = EXIT_DONE, "done"
         if stop and saved is not None:
-            self.reporter.event("stop", step=step, exit_code=EXIT_STOPPED, reason=reason)
+            self.reporter.event("stop", step=step, exit_code=code, reason=reason)
             self.reporter.close()
-            raise SystemExit(EXIT_STOPPED)
+            raise SystemExit(code)
         return saved
 
     # -- internals ------------------------------------------------------------------------

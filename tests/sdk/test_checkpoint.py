@@ -166,6 +166,18 @@ def test_exit_request_and_stop_save_then_exit_143(tmp_path):
     assert exc.value.code == EXIT_STOPPED
 
 
+def test_done_request_saves_then_exits_0_as_completed(tmp_path):
+    ckpt, out = make(tmp_path)
+    (tmp_path / "ckpt" / REQUEST_FILE).write_text(
+        json.dumps({"id": "target-1", "exit": True, "done": True}))
+    with pytest.raises(SystemExit) as exc:
+        ckpt.step_end(9, {"s": 9})
+    assert exc.value.code == 0
+    stop = events(out, "stop")[0]
+    assert stop["exit_code"] == 0 and stop["reason"] == "done" and stop["step"] == 9
+    assert make(tmp_path)[0].resume().state == {"s": 9}
+
+
 def test_saving_twice_at_one_step_reuses_the_verified_file(tmp_path):
     ckpt, out = make(tmp_path)
     first = ckpt.save({"s": 1}, 1, reason="request")
