@@ -1,0 +1,111 @@
+"""Quality targets and deadlines in the manager's decisions (pure; docs/manager.md, "QoS").
+
+Three rules, each for jobs that state a deadline or a target loss; jobs without one are
+decided exactly as before:
+
+- **Placement** (:func:`qos_placement_scores`): a new pod with a deadline or a target goes where
+  it can meet it: nodes with more free CPU (capacity minus load, from heartbeats) score
+  higher, and every job a node reports *at-risk* costs it more than the whole free-CPU range,
+  so a node with fewer at-risk jobs always wins and free CPU decides among equals.
+- **Staying** (:func:`migration_hold`): a job reported at-risk, or whose slack is smaller than
+  a migration's expected cost, is not moved: the move would make it late.
+- **Choosing whom to rebalance** (:func:`plan_rebalance_by_slack`): among the candidates,
+  Algorithm 5 moves the job with the most slack first (no deadline: infinite slack).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from specon.core.rebalance import Move, PlacedJob, plan_rebalance
+
+#: What each at-risk job on a node costs it, in units of the free-CPU range (0..1): more than
+#: 1, so that no amount of free CPU makes up for an at-risk job.
+AT_RISK_PENALTY = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeQos:
+    """What the placement of a job with a deadline needs to know of one node."""
+
+    name: str
+    free_cpus: float = 0.0  # capacity minus load, in cores (never below 0)
+    at_risk: int = 0  # jobs the node reports at-risk
+    available: bool = True  # False: no fresh heartbeat (unknown is never free)
+
+
+def qos_value(node: NodeQos, most_free: float) -> float:
+    """free / most_free - AT_RISK_PENALTY * at_risk: higher is better."""
+    free = max(0.0, node.free_cpus)
+    share = free / most_free if most_free > 0 else 0.0
+    return share - AT_RISK_PENALTY * node.at_risk
+
+
+def qos_placement_scores(nodes: Sequence[NodeQos], max_score: int = 10) -> dict[str, int]:
+    """Extender priorities 0..max_score for a pod with a deadline or a target.
+
+    Each available node's :func:`qos_value` is mapped linearly onto 1..max_score (the best gets
+    max_score, the worst 1; all equal: all max_score). Unavailable nodes get 0, as in the
+    default scoring.
+    """
+    out = dict.fromkeys((n.name for n in nodes), 0)
+    avail = [n for n in nodes if n.available]
+    if not avail:
+        return out
+    most_free = max(max(0.0, n.free_cpus) for n in avail)
+    value = {n.name: qos_value(n, most_free) for n in avail}
+    lo, hi = min(value.values()), max(value.values())
+    for name, v in value.items():
+        frac = 1.0 if hi - lo < 1e-12 else (v - lo) / (hi - lo)
+        out[name] = 1 + round((max_score - 1) * frac)
+    return out
+
+
+def migration_hold(qos: str, slack_s: float | None, cost_s: float) -> str | None:
+    """Why a job must not be moved now (a sentence for the reply), or None.
+
+    ``qos`` and ``slack_s`` are the job's latest report; ``cost_s`` is what a migration is
+    expected to cost it (checkpoint, eviction, placement, restore)."""
+    if qos == "at-risk":
+        return ("the job is at risk of missing its deadline or target: a migration (about "
+                f"{cost_s:.0f} s) would make it later")
+    if slack_s is not None and slack_s < cost_s:
+        return (f"the job's slack ({slack_s:.0f} s) is less than a migration's expected cost "
+                f"({cost_s:.0f} s)")
+    return None
+
+
+def slack_of(slack_s: float | None) -> float:
+    """A job's slack for ordering: no deadline (None) is infinite slack."""
+    return math.inf if slack_s is None else slack_s
+
+
+def plan_rebalance_by_slack(
+    jobs: Sequence[PlacedJob],
+    slack: Mapping[str, float],
+    workers: Sequence[str],
+    now: float,
+    min_balance: int = 1,
+) -> tuple[Move, ...]:
+    """Algorithm 5 (:func:`plan_rebalance`), choosing among its candidates the job with the most
+    slack first (``slack``: job name -> seconds; a missing name is infinite slack), then as
+    Algorithm 5 does (the most recently converged).
+
+    When no job has a finite slack this is :func:`plan_rebalance` itself. Otherwise the jobs are
+    handed to it re-stamped: ``plan_rebalance`` uses ``migrated_at`` only to pick, for each
+    target, the candidate with the smallest converged duration, so stamping the k-th job in
+    (more slack, then Algorithm 5's order) order with ``now - k`` makes it pick by slack first.
+    """
+    if not any(math.isfinite(slack.get(j.name, math.inf)) for j in jobs) or any(
+            j.migrated_at is None for j in jobs):
+        return plan_rebalance(jobs, workers, now, min_balance)
+
+    def order(j: PlacedJob) -> tuple[float, float, str]:
+        at = now if j.migrated_at is None else j.migrated_at
+        return (-slack.get(j.name, math.inf), now - at, j.name)
+
+    ranked = sorted(jobs, key=order)
+    stamped = [replace(j, migrated_at=now - k) for k, j in enumerate(ranked)]
+    return plan_rebalance(stamped, workers, now, min_balance)
