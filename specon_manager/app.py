@@ -35,6 +35,7 @@ from specon_manager.extender import (
     prioritize_nodes,
 )
 from specon_manager.metrics import ManagerMetrics
+from specon_manager.qos import QosBook
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
 from specon_manager.status import router as status_router
@@ -128,9 +129,11 @@ def create_app(
     controller: Reallocator | None = None,
     node_exists: Callable[[str], bool | None] | None = None,
     metrics: ManagerMetrics | None = None,
+    qos: QosBook | None = None,
 ) -> FastAPI:
     """The API over ``state``. ``node_exists(name)`` (None: cannot tell) refuses heartbeats for
-    nodes the cluster does not have; ``controller`` decides reallocation requests."""
+    nodes the cluster does not have; ``controller`` decides reallocation requests; ``qos``
+    reads training pods' QoS annotations (default: a book that only logs malformed ones)."""
     if state is None:
         state = ClusterState(
             stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
@@ -140,6 +143,7 @@ def create_app(
         tokens = NodeTokens.from_file(settings.tokens_file) if settings.tokens_file else (
             NodeTokens())
     m = metrics or ManagerMetrics()
+    book = qos if qos is not None else QosBook(on_invalid=m.qos_invalid.inc)
     parameters = Parameters(alpha=settings.alpha, interval_s=settings.interval_s,
                             flowcon_alpha=settings.flowcon_alpha,
                             flowcon_beta=settings.flowcon_beta)
@@ -150,6 +154,7 @@ def create_app(
     app.state.cluster = state
     app.state.metrics = m
     app.state.settings = settings
+    app.state.qos = book
 
     def agent_node(authorization: Annotated[str | None, Header()] = None) -> str:
         """The node named by the bearer token."""
@@ -234,7 +239,7 @@ def create_app(
     async def filter_(request: Request) -> Response:
         """kube-scheduler's filter call (ExtenderArgs -> ExtenderFilterResult)."""
         args = await _args(request)
-        reply = _timed("filter", lambda: filter_nodes(state, args, sched))
+        reply = _timed("filter", lambda: filter_nodes(state, args, sched, book))
         return Response(json.dumps(reply), media_type="application/json")
 
     @app.post("/prioritize", tags=["extender"], openapi_extra=extender_doc,
@@ -242,7 +247,7 @@ def create_app(
     async def prioritize(request: Request) -> Response:
         """kube-scheduler's prioritize call (ExtenderArgs -> HostPriorityList, scores 0-10)."""
         args = await _args(request)
-        reply = _timed("prioritize", lambda: prioritize_nodes(state, args, sched))
+        reply = _timed("prioritize", lambda: prioritize_nodes(state, args, sched, book))
         return Response(json.dumps(reply), media_type="application/json")
 
     @app.get("/metrics", tags=["operations"])
@@ -252,6 +257,8 @@ def create_app(
         m.nodes.labels("stale").set(stale)
         for cat, n in state.category_counts().items():
             m.jobs.labels(cat.value).set(n)
+        for qos_state, n in state.qos_counts().items():
+            m.qos_jobs.labels(qos_state).set(n)
         return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", tags=["operations"], response_class=PlainTextResponse)

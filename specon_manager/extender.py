@@ -4,6 +4,10 @@ The types mirror ``k8s.io/kube-scheduler/extender/v1``, which has no json tags, 
 the wire are the Go field names (``Pod``, ``Nodes``, ``NodeNames``, ``FailedNodes``, ...). With
 ``nodeCacheCapable: false`` the scheduler sends full ``Nodes`` and reads ``Nodes`` back; with
 ``true`` it sends and reads ``NodeNames``. Pods that are not training jobs pass untouched.
+
+A training pod's QoS annotations are read here (the first sight of the pod, see
+:mod:`specon_manager.qos`); one with a deadline or a target is scored by
+:func:`specon.core.qos_sched.qos_placement_scores` instead of the SpeCon score.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from specon.core.qos_sched import qos_placement_scores
 from specon.core.scoring import placement_scores
+from specon_manager.qos import QosBook
 from specon_manager.state import ClusterState, is_training_pod, reservation_key
 
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
@@ -76,15 +82,17 @@ def _pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
     return pod
 
 
-def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: str) -> (
-    dict[str, Any]
-):
-    """ExtenderFilterResult for ``args`` (a decoded ExtenderArgs)."""
+def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: str,
+                 qos: QosBook | None = None) -> dict[str, Any]:
+    """ExtenderFilterResult for ``args`` (a decoded ExtenderArgs). QoS never filters: a
+    malformed annotation gets an event from ``qos`` and the pod is scheduled without QoS."""
     pod = _pod(args)
     names, items = _node_names(args)
     keep = set(names)
     failed: dict[str, str] = {}
     if is_training_pod(pod, scheduler_name):
+        if qos is not None:
+            qos.observe(pod)
         res = state.reservation(reservation_key(pod))
         if res is not None:
             for n in names:
@@ -106,10 +114,11 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: s
     return reply
 
 
-def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: str) -> (
-    list[dict[str, Any]]
-):
-    """HostPriorityList for ``args``: 0..10, higher is better; 0 for unknown or stale nodes."""
+def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: str,
+                     qos: QosBook | None = None) -> list[dict[str, Any]]:
+    """HostPriorityList for ``args``: 0..10, higher is better; 0 for unknown or stale nodes.
+    A pod with a deadline or a target (read by ``qos``) is scored by free CPU and at-risk
+    jobs; any other training pod by the SpeCon score."""
     pod = _pod(args)
     names, _ = _node_names(args)
     if not is_training_pod(pod, scheduler_name):
@@ -117,5 +126,10 @@ def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_nam
     res = state.reservation(reservation_key(pod))
     if res is not None:
         return [{"Host": n, "Score": MAX_PRIORITY if n == res.target else 0} for n in names]
-    scores = placement_scores(state.views(names), state.weights, MAX_PRIORITY)
+    spec = qos.observe(pod) if qos is not None else None
+    scores: Mapping[str, int]
+    if spec is not None and not spec.empty:
+        scores = qos_placement_scores(state.qos_views(names), MAX_PRIORITY)
+    else:
+        scores = placement_scores(state.views(names), state.weights, MAX_PRIORITY)
     return [{"Host": n, "Score": int(scores.get(n, 0))} for n in names]

@@ -10,6 +10,7 @@ import base64
 import os
 import ssl
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,21 @@ def controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
             out: dict[str, Any] = ref
             return out
     return None
+
+
+def event_body(obj: dict[str, Any], reason: str, message: str, kind: str = "Pod",
+               warning: bool = False) -> dict[str, Any]:
+    """A core/v1 Event about ``obj`` from the manager (``source.component`` specon-manager)."""
+    md = meta(obj)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
+        "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": kind,
+                           "name": md["name"], "namespace": md["namespace"],
+                           "uid": md.get("uid", "")},
+        "reason": reason, "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": "specon-manager"}, "reportingComponent": "specon-manager",
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }

@@ -35,6 +35,19 @@ class ManagerMetrics:
         self.jobs = Gauge(
             "specon_jobs", "Training jobs reported by fresh nodes, by category.",
             ["category"], registry=r)
+        self.qos_jobs = Gauge(
+            "specon_qos_jobs",
+            "Training jobs reported by fresh nodes, by QoS state (none, on-track, at-risk, "
+            "given-up, reached).", ["state"], registry=r)
+        self.qos_invalid = Counter(
+            "specon_qos_invalid_pods_total",
+            "Training pods whose QoS annotations were malformed (one InvalidQoS event each).",
+            registry=r)
+        self.migrations_held = Counter(
+            "specon_migrations_held_total",
+            "Migrations asked for but answered stay because the job is at risk or has less "
+            "slack than a migration costs, by reason (converged, rebalance).", ["reason"],
+            registry=r)
         self.migrations = Counter(
             "specon_migrations_total",
             "Migrations that ended, by result (completed, cancelled, stayed, failed).",

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from specon.core.categorize import Category
+from specon.core.qos_sched import migration_hold
 from specon.core.scoring import WorkerView, choose_host
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
 from specon_manager.kube import (
@@ -40,6 +41,7 @@ from specon_manager.kube import (
     KubeError,
     annotations_of,
     controller_ref,
+    event_body,
     job_path,
     labels_of,
     meta,
@@ -216,6 +218,16 @@ class MigrationController:
         return self.start(pod, reason="converged")
 
     # -- starting ------------------------------------------------------------------------------
+    def qos_hold(self, pod: dict[str, Any]) -> str | None:
+        """Why the job in ``pod`` must not move now (at risk, or less slack than a migration
+        costs), from its source node's latest fresh report; None when it may."""
+        md = meta(pod)
+        source = (pod.get("spec") or {}).get("nodeName") or ""
+        rep = self.state.job_on(source, md["namespace"], md["name"], md.get("uid", ""))
+        if rep is None:
+            return None
+        return migration_hold(rep.qos, rep.slack_s, self.settings.migration_cost_s)
+
     def _job_of(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         ref = controller_ref(pod)
         if ref is None or ref.get("kind") != "Job":
@@ -256,6 +268,11 @@ class MigrationController:
                                          migrated=migrated)
             if any(m.namespace == ns and m.pod == name for m in self._migrations.values()):
                 return ReallocationReply(decision="refused", reason="already migrating")
+            hold = self.qos_hold(pod)
+            if hold is not None:
+                self.metrics.migrations_held.labels(reason).inc()
+                log.info("not moving %s/%s (%s): %s", ns, name, reason, hold)
+                return ReallocationReply(decision="stay", reason=hold)
             source = pod["spec"]["nodeName"]
             busy = self.busy_nodes()
             if source in busy:
@@ -329,18 +346,7 @@ class MigrationController:
     def _event(self, obj: dict[str, Any], reason: str, message: str,
                kind: str = "Pod", warning: bool = False) -> None:
         md = meta(obj)
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
-            "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": kind,
-                               "name": md["name"], "namespace": md["namespace"],
-                               "uid": md.get("uid", "")},
-            "reason": reason, "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": "specon-manager"}, "reportingComponent": "specon-manager",
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
+        body = event_body(obj, reason, message, kind, warning)
         try:
             self.kube.create(f"/api/v1/namespaces/{md['namespace']}/events", body)
         except (KubeError, OSError) as exc:  # an event is never worth failing a migration

@@ -1,6 +1,8 @@
 """The rebalancer (SpeCon Algorithm 5) on a period: when every job is converged, move the most
 recently converged job onto an idle or under-loaded worker, through the migration controller
-(so every safety rule and cap applies).
+(so every safety rule and cap applies). Jobs with a deadline: an at-risk one, or one with less
+slack than ``migration_cost_s``, is not a candidate, and among the candidates the one with the
+most slack moves first (specon.core.qos_sched; no deadline is infinite slack).
 
 A job counts as converged-and-marked from the moment it was marked migrated (annotation
 ``specon.io/migrated-at``) or, when its agent never asked to move it (it was alone with its
@@ -14,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from specon.core.categorize import Category
-from specon.core.rebalance import Move, PlacedJob, plan_rebalance
+from specon.core.qos_sched import migration_hold, plan_rebalance_by_slack
+from specon.core.rebalance import Move, PlacedJob
 from specon.wire import LABEL_MIGRATABLE
 from specon_manager.kube import Kube, annotations_of, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics
@@ -68,6 +71,7 @@ class Rebalancer:
             jobs = {f"{meta(j)['namespace']}/{meta(j)['name']}": j
                     for j in self.kube.list("/apis/batch/v1/jobs")}
         placed: list[PlacedJob] = []
+        slack: dict[str, float] = {}
         for node, j in reported:
             key = pod_key(j.namespace, j.pod)
             pod = pods.get(key)
@@ -83,8 +87,14 @@ class Rebalancer:
             except ValueError:
                 pass
             movable = pod is not None and why_not_movable(pod, job, "rebalance") is None
+            # An at-risk job, or one with less slack than a move costs, stays where it is.
+            if movable and migration_hold(j.qos, j.slack_s, self.settings.migration_cost_s):
+                movable = False
+            if j.slack_s is not None:
+                slack[key] = j.slack_s
             placed.append(PlacedJob(key, node, at, bool(marks.get(A_REBALANCED)), movable))
-        moves = plan_rebalance(placed, workers, now, self.settings.min_balance)
+        # Among the candidates, the job with the most slack moves first (no deadline: infinite).
+        moves = plan_rebalance_by_slack(placed, slack, workers, now, self.settings.min_balance)
         started: list[Move] = []
         for mv in moves:
             reply = self.controller.start(pods[mv.job], reason="rebalance", target=mv.target)

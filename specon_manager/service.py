@@ -14,10 +14,11 @@ from fastapi import FastAPI
 
 from specon.core.scoring import Weights
 from specon_manager.app import create_app
-from specon_manager.kube import Kube, KubeError
+from specon_manager.kube import Kube, KubeError, event_body, meta
 from specon_manager.leader import LeaseElector
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
+from specon_manager.qos import EventPoster, QosBook
 from specon_manager.rebalance import Rebalancer
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
@@ -144,6 +145,20 @@ def _fault_exit(phase: str) -> Any:
     return hook
 
 
+def _warning_sender(kube: Kube) -> Any:
+    """Posts a Warning event on a pod (what :class:`QosBook` reports a malformed spec with)."""
+    def send(pod: Any, reason: str, message: str) -> None:
+        md: dict[str, Any] = dict(meta(pod))
+        try:
+            kube.create(f"/api/v1/namespaces/{md['namespace']}/events", event_body(
+                {"apiVersion": "v1", "metadata": md}, reason, message, warning=True))
+        except (KubeError, OSError) as exc:
+            log.warning("event %s on %s/%s not recorded: %s", reason, md.get("namespace"),
+                        md.get("name"), exc)
+
+    return send
+
+
 def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI, Service]:
     """The app and its background service, from settings."""
     state = ClusterState(
@@ -156,7 +171,10 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
                 else Kube.in_cluster())
     service = Service(settings, state, metrics, kube)
     node_exists: Any = service.nodes.exists if service.nodes is not None else None
+    poster = EventPoster(_warning_sender(kube)) if kube is not None else None
+    qos = QosBook(post=poster, on_invalid=metrics.qos_invalid.inc)
     app = create_app(settings, state=state, controller=service.controller,
-                     node_exists=node_exists, metrics=metrics)
+                     node_exists=node_exists, metrics=metrics, qos=qos)
+    app.state.events = poster
     app.state.service = service
     return app, service

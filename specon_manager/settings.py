@@ -67,6 +67,10 @@ class ManagerSettings(BaseSettings):
     migration_window_s: Positive = 60.0
     #: How often the controller reconciles migrations in flight.
     reconcile_period_s: Positive = 2.0
+    #: What a migration is expected to cost a job (checkpoint, eviction, placement, restore),
+    #: in seconds: a job whose reported slack is smaller is not moved (docs/manager.md, QoS).
+    #: ``specon_migration_duration_seconds`` shows what the moves here took, without restore.
+    migration_cost_s: Positive = 120.0
 
     # -- rebalancing (Algorithm 5) ----------------------------------------------------------------
     rebalance: bool = True

@@ -7,14 +7,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, get_args
 
 from specon.core.categorize import Category
+from specon.core.qos_sched import NodeQos
 from specon.core.scoring import Weights, WorkerView
-from specon.wire import LABEL_TRAINING, CheckpointRequest, Heartbeat, JobReport
+from specon.wire import LABEL_TRAINING, CheckpointRequest, Heartbeat, JobReport, QosState
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
 ANNOTATION_MIGRATION_ID = "specon.io/migration-id"
+#: A job's QoS states as heartbeats report them (specon.wire.QosState).
+QOS_STATES: tuple[str, ...] = get_args(QosState)
 
 
 def pod_key(namespace: str, name: str) -> str:
@@ -152,6 +155,29 @@ class ClusterState:
         out = dict.fromkeys(Category, 0)
         for _, j in self.jobs():
             out[j.category] += 1
+        return out
+
+    def qos_counts(self) -> dict[str, int]:
+        """Jobs reported by fresh nodes, by QoS state (none, on-track, at-risk, ...)."""
+        out = dict.fromkeys(QOS_STATES, 0)
+        for _, j in self.jobs():
+            out[j.qos] = out.get(j.qos, 0) + 1
+        return out
+
+    def qos_views(self, names: Iterable[str]) -> list[NodeQos]:
+        """What placing a job with a deadline needs of these nodes: free CPU (capacity minus
+        load) and the jobs reported at-risk; a node with no fresh heartbeat is unavailable."""
+        now = self.clock()
+        out: list[NodeQos] = []
+        with self._lock:
+            for name in names:
+                rec = self._nodes.get(name)
+                if rec is None or not self.is_fresh(name, now):
+                    out.append(NodeQos(name, available=False))
+                    continue
+                hb = rec.heartbeat
+                out.append(NodeQos(name, max(0.0, hb.capacity_cpus - hb.load_cores),
+                                   sum(1 for j in hb.jobs if j.qos == "at-risk")))
         return out
 
     # -- views for Algorithm 4 and the extender ---------------------------------------------------

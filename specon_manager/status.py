@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse
 from prometheus_client import CollectorRegistry
 
 from specon.core.categorize import Category
+from specon.wire import JobReport
 from specon_manager.state import ClusterState
 
 router = APIRouter()
@@ -62,6 +63,33 @@ def _fmt_s(v: float | None) -> str:
 
 def _fmt(v: float | None, spec: str = ".3g") -> str:
     return "–" if v is None else format(v, spec)
+
+
+def _dur(v: float | None) -> str:
+    """Seconds as a short duration (negative: late), "–" when unknown."""
+    if v is None:
+        return "–"
+    sign, v = ("-" if v < 0 else ""), abs(v)
+    if v < 120:
+        return f"{sign}{v:.0f} s"
+    if v < 7200:
+        return f"{sign}{v / 60:.0f} min"
+    return f"{sign}{v / 3600:.1f} h"
+
+
+_QOS_CLASS = {"at-risk": "bad", "given-up": "bad", "on-track": "ok", "reached": "ok"}
+
+
+def _qos_cells(j: JobReport) -> str:
+    """QoS state, predicted finish, predicted target time (with its band) and slack."""
+    target = _dur(j.predicted_target_s)
+    if j.predicted_target_s is not None and (
+            j.predicted_target_low_s is not None and j.predicted_target_high_s is not None):
+        target += f" ({_dur(j.predicted_target_low_s)}–{_dur(j.predicted_target_high_s)})"
+    cls = _QOS_CLASS.get(j.qos)
+    return (f"<td{f' class={cls}' if cls else ''}>{html.escape(j.qos)}</td>"
+            f"<td>{_dur(j.predicted_finish_s)}</td><td>{target}</td>"
+            f"<td>{_dur(j.slack_s)}</td>")
 
 
 def _bars(rows: list[tuple[str, dict[Category, int], bool]]) -> str:
@@ -123,7 +151,8 @@ def render(state: ClusterState, registry: CollectorRegistry, now: float | None =
             f"{_NAMES[j.category]}</td><td>{_fmt(j.loss, '.4g')}</td>"
             f"<td>{_fmt(j.growth, '.3g')}</td><td>{j.limit * cpus:.2f}</td>"
             f"<td>{j.cpu_cores:.2f}</td><td>{'yes' if j.migrated else 'no'}</td>"
-            f"<td>{'yes' if j.checkpointable else 'no'}</td></tr>")
+            f"<td>{'yes' if j.checkpointable else 'no'}</td>{_qos_cells(j)}</tr>")
+    at_risk = sum(1 for _, j in state.jobs() if j.qos == "at-risk")
     m = registry
     migr = {r: _sum(m, "specon_migrations", "specon_migrations_total", result=r)
             for r in ("completed", "stayed", "cancelled", "failed")}
@@ -157,11 +186,13 @@ svg .lbl {{ font: 13px "DejaVu Sans", sans-serif; fill: #222; }}
 svg .in {{ font: 12px "DejaVu Sans", sans-serif; fill: #fff; text-anchor: middle; }}
 </style></head><body>
 <h1>SpeCon status</h1>
-<p class="note">The manager's live view (refreshes every 10 s). The same series are in
+<p class="note">The manager's live view (refreshes every 10 s). Predicted times and slack are
+as of each job's last report; negative slack: late at the current rate. The same series are in
 Prometheus at /metrics and in the Grafana dashboards.</p>
 <div class="cards">
 <div class="card"><b>{len([r for r in rows if r[2]])}/{len(rows)}</b>workers fresh</div>
 <div class="card"><b>{len(job_rows)}</b>training jobs</div>
+<div class="card"><b>{at_risk}</b>jobs at risk</div>
 <div class="card"><b>{in_flight:.0f}</b>migrations in flight</div>
 <div class="card"><b>{migr['completed']:.0f}</b>migrations completed</div>
 <div class="card"><b>{heartbeats:.0f}</b>heartbeats accepted</div>
@@ -175,7 +206,8 @@ Prometheus at /metrics and in the Grafana dashboards.</p>
 {''.join(worker_rows)}</table>
 <h2>Jobs</h2>
 <table><tr><th>pod</th><th>worker</th><th>category</th><th>loss</th><th>progress/min</th>
-<th>CPU limit</th><th>CPU used</th><th>migrated</th><th>checkpoints</th></tr>
+<th>CPU limit</th><th>CPU used</th><th>migrated</th><th>checkpoints</th><th>QoS</th>
+<th>finish in</th><th>target in</th><th>slack</th></tr>
 {''.join(job_rows)}</table>
 <h2>Migrations</h2>
 <table><tr><th>completed</th><th>stayed</th><th>cancelled</th><th>failed</th><th>in flight</th>
