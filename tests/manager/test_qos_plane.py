@@ -1,0 +1,201 @@
+"""Quality targets and deadlines with the manager on the real control plane: the real
+kube-scheduler calls the real ``specon-manager`` process; heartbeats are sent over its real
+HTTP API (KWOK nodes run no agents). A malformed deadline gets one InvalidQoS event and the pod
+is still scheduled; a pod with a deadline lands on the node with free CPU rather than the one
+with an at-risk job, where the SpeCon score prefers the other; an at-risk job's reallocation
+request is answered "stay"."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from managerlib import heartbeat, job
+from planelib import Plane, free_port
+from planemanager import Api, ManagerProcess, wait_for
+from test_manager_plane import apply, running_on, scheduler_config, train_pod
+
+pytestmark = pytest.mark.plane
+
+SCHED = "specon-qos"
+
+
+@pytest.fixture(scope="module")
+def qtag() -> str:
+    return f"q{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module")
+def qnodes(plane: Plane, qtag: str) -> list[str]:
+    return plane.add_nodes(2, prefix=qtag, labels={"specon-test": qtag})
+
+
+@pytest.fixture(scope="module")
+def qtokens(qnodes: list[str]) -> dict[str, str]:
+    return {f"tok-{uuid.uuid4().hex}": n for n in qnodes}
+
+
+@pytest.fixture(scope="module")
+def qapi(plane: Plane) -> Iterator[Api]:
+    client = Api(plane)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def qmanager(plane: Plane, qtokens: dict[str, str], tmp_path: Path) -> Iterator[ManagerProcess]:
+    port = free_port()
+    plane.run_scheduler(SCHED, extenders=scheduler_config(port, True))
+    mp = ManagerProcess(plane, tmp_path, qtokens, port=port, scheduler_name=SCHED)
+    try:
+        mp.start()
+        yield mp
+    finally:
+        mp.kill()
+        plane.stop_scheduler(SCHED)
+
+
+class Beats:
+    """Heartbeats for the test's nodes over the manager's API (what agents send)."""
+
+    def __init__(self, url: str, tokens: dict[str, str]) -> None:
+        self.url = url
+        self.token = {n: t for t, n in tokens.items()}
+        self.seq = 0
+
+    def send(self, node: str, jobs: list[dict[str, Any]], load: float) -> None:
+        self.seq += 1
+        r = httpx.post(f"{self.url}/v1/heartbeat", json=heartbeat(
+            node, jobs, seq=self.seq, load=load, cpus=4),
+            headers={"Authorization": f"Bearer {self.token[node]}"}, timeout=5)
+        assert r.status_code == 200, r.text
+
+
+def qos_pod(name: str, tag: str, **annotations: str) -> dict[str, Any]:
+    pod = train_pod(name, tag)
+    pod["spec"]["schedulerName"] = SCHED
+    pod["metadata"]["annotations"] = annotations
+    return pod
+
+
+def events_of(api: Api, ns: str, reason: str) -> list[dict[str, Any]]:
+    items = (api.get(f"/api/v1/namespaces/{ns}/events") or {})["items"]
+    return [e for e in items if e["reason"] == reason]
+
+
+def test_a_malformed_deadline_gets_one_invalid_qos_event_and_the_pod_is_scheduled(
+    plane: Plane, qapi: Api, qnodes: list[str], qtokens: dict[str, str], plane_namespace: str,
+    qtag: str, qmanager: ManagerProcess,
+) -> None:
+    ns = plane_namespace
+    beats = Beats(qmanager.url, qtokens)
+    for node in qnodes:
+        beats.send(node, [], load=0.5)
+    apply(plane, ns, qos_pod("late", qtag, **{"specon.io/deadline": "tomorrow"}))
+    node = wait_for("late running", lambda: running_on(qapi, ns, "late"))
+    assert node in qnodes
+    ev = wait_for("the InvalidQoS event", lambda: events_of(qapi, ns, "InvalidQoS"))
+    pod = qapi.pod(ns, "late")
+    assert pod is not None
+    assert len(ev) == 1 and ev[0]["type"] == "Warning"
+    assert ev[0]["source"]["component"] == "specon-manager"
+    assert ev[0]["involvedObject"]["name"] == "late"
+    assert ev[0]["involvedObject"]["uid"] == pod["metadata"]["uid"]
+    assert "specon.io/deadline" in ev[0]["message"] and "tomorrow" in ev[0]["message"]
+    # the same pod asked about again (a retry, another replica's cache miss): no second event
+    for verb in ("filter", "prioritize"):
+        r = httpx.post(f"{qmanager.url}/{verb}", json={"Pod": pod, "NodeNames": qnodes})
+        assert r.status_code == 200
+    time.sleep(1)
+    assert len(events_of(qapi, ns, "InvalidQoS")) == 1
+    metrics = httpx.get(f"{qmanager.url}/metrics").text
+    assert "specon_qos_invalid_pods_total 1.0" in metrics
+
+
+def test_a_deadline_pod_lands_on_free_cpu_not_beside_an_at_risk_job(
+    plane: Plane, qapi: Api, qnodes: list[str], qtokens: dict[str, str], plane_namespace: str,
+    qtag: str, qmanager: ManagerProcess,
+) -> None:
+    ns = plane_namespace
+    risky, free = qnodes
+    beats = Beats(qmanager.url, qtokens)
+    deadline = time.time() + 3600
+    # risky: one watching job, at risk, 3 of 4 cores busy (SpeCon score 1.5);
+    # free: one progressing job, on track, 1 core busy (SpeCon score 2)
+    beats.send(risky, [job("virtual-w", "WC", namespace=ns, qos="at-risk", deadline=deadline,
+                           slack_s=-120.0)], load=3.0)
+    beats.send(free, [job("virtual-p", "PC", namespace=ns, qos="on-track", deadline=deadline,
+                          slack_s=1800.0)], load=1.0)
+    # a training pod without QoS goes where the SpeCon score says: beside the at-risk job
+    apply(plane, ns, qos_pod("plain", qtag))
+    assert wait_for("plain running", lambda: running_on(qapi, ns, "plain")) == risky
+    # a pod with a deadline goes to the free CPU
+    apply(plane, ns, qos_pod("due", qtag, **{"specon.io/deadline": "2h"}))
+    assert wait_for("due running", lambda: running_on(qapi, ns, "due")) == free
+    # the extender's answers for the two pods, as the scheduler got them
+    for name, best in (("plain", risky), ("due", free)):
+        pod = qapi.pod(ns, name)
+        r = httpx.post(f"{qmanager.url}/prioritize", json={"Pod": pod, "NodeNames": qnodes})
+        scores = {h["Host"]: h["Score"] for h in r.json()}
+        assert scores[best] == 10 and min(scores.values()) == 1, (name, scores)
+    metrics = httpx.get(f"{qmanager.url}/metrics").text
+    assert 'specon_qos_jobs{state="at-risk"} 1.0' in metrics
+    assert 'specon_qos_jobs{state="on-track"} 1.0' in metrics
+    page = httpx.get(f"{qmanager.url}/status").text
+    assert "at-risk" in page and "<td>-2 min</td>" in page and "<td>30 min</td>" in page
+
+
+def test_an_at_risk_job_asked_to_move_stays(
+    plane: Plane, qapi: Api, qnodes: list[str], qtokens: dict[str, str], plane_namespace: str,
+    qtag: str, qmanager: ManagerProcess,
+) -> None:
+    ns = plane_namespace
+    src, other = qnodes
+    pod = qos_pod("risky", qtag, **{"specon.io/deadline": "1h"})
+    pod["spec"]["nodeName"] = src
+    apply(plane, ns, pod)
+    wait_for("risky running", lambda: running_on(qapi, ns, "risky"))
+    obj = qapi.pod(ns, "risky")
+    assert obj is not None
+    uid = obj["metadata"]["uid"]
+    beats = Beats(qmanager.url, qtokens)
+
+    def report(qos: str, slack: float) -> None:
+        beats.send(src, [job("risky", "CC", namespace=ns, uid=uid, qos=qos, slack_s=slack,
+                             checkpointable=True, deadline=time.time() + 3600),
+                         job("virtual-1", "PC", namespace=ns), job("virtual-2", "PC",
+                                                                   namespace=ns)], load=3.0)
+        beats.send(other, [], load=0.0)
+
+    def reallocate() -> dict[str, Any]:
+        r = httpx.post(f"{qmanager.url}/v1/reallocate", json={
+            "node": src, "namespace": ns, "pod": "risky", "uid": uid, "time": time.time()},
+            headers={"Authorization": f"Bearer {beats.token[src]}"}, timeout=10)
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+    report("at-risk", -300.0)
+    reply = reallocate()
+    assert reply["decision"] == "stay" and "at risk" in reply["reason"], reply
+    assert reply["migrated"] is False  # not marked: it may ask again once it has slack
+    report("on-track", 60.0)  # on track, but a move (120 s) would eat more than its slack
+    reply = reallocate()
+    assert reply["decision"] == "stay" and "slack (60 s)" in reply["reason"], reply
+    obj = qapi.pod(ns, "risky")
+    assert obj is not None and obj["spec"]["nodeName"] == src
+    annotations = obj["metadata"].get("annotations") or {}
+    assert "specon.io/migration" not in annotations and "specon.io/migrated" not in annotations
+    assert not events_of(qapi, ns, "MigrationStarted")
+    metrics = httpx.get(f"{qmanager.url}/metrics").text
+    assert 'specon_reallocation_requests_total{decision="stay"} 2.0' in metrics
+    assert 'specon_migrations_held_total{reason="converged"} 2.0' in metrics
+    # with slack to spare, the same request starts a migration (to the idle node)
+    report("on-track", 3000.0)
+    reply = reallocate()
+    assert reply["decision"] == "migrate" and reply["target"] == other, reply
