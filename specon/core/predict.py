@@ -3,26 +3,28 @@
 The logged loss is noisy (mini-batch noise, spikes) and its noise scales with its level, so the
 curve is fitted to a de-noised series, not to the raw points:
 
-1. **De-noise.** The points are binned in log-step space (at most ``_BINS`` bins) and each bin
-   is summarised by its median, which ignores spikes. A bin's weight is its point count (the
-   median of more points is less noisy), times a recency factor (the recent part of the curve
-   says most about its future), divided by its level squared when all levels are positive
-   (the noise is relative: the residuals become relative errors, as in log space). Bins
-   before the curve's peak (a warm-up where the loss rises or stays flat) are left out.
+1. **De-noise.** The points are binned (edges equally spaced in log step, merged with edges
+   equally spaced in step so that the recent half keeps bins) and each bin is summarised by
+   its median, which ignores spikes. A bin's weight is its point count (the median of more
+   points is less noisy) times a recency factor (the recent part of the curve says most
+   about its future). When all levels are positive the noise is taken as relative: the
+   weights are divided by the level squared, and held-out errors and noise are log ratios.
+   Bins before the highest one in the first half (a warm-up) are left out.
 2. **Candidate shapes**, each fitted by weighted least squares for (a, b) with its nonlinear
    parameter searched on a log grid and refined by one parabolic step (deterministic, cannot
    diverge): exponential decay ``a + b·exp(-k/τ)`` and power law ``a + b·(k+1)^-c``, which
-   flatten at an asymptote a, and two that keep decaying: power law to zero ``b·(k+1)^-c``
-   (only for positive losses) and ``a − b·log(k+1)`` (loss linear in log step).
+   flatten at an asymptote a (not below zero for positive losses), and three that keep
+   decaying: the same two with a = 0 (only for positive losses) and ``a − b·log(k+1)``.
 3. **Held-out choice.** Each shape is fitted on the first half of the steps seen and scored on
-   how well it forecasts the second half; the best forecaster wins, refitted on everything.
-   An in-sample residual would favour the most flexible shape, which on a noisy plateau is
-   usually a flat asymptote above any later target; forecasting the recent part is the
-   question actually asked.
-4. **Uncertainty.** The band on the target step is the envelope, over the shapes that
-   forecast nearly as well as the best one, of the steps at which each crosses target ± δ,
-   where δ combines the residual noise of the recent points and the forecast error measured
-   on the held-out half.
+   how well it forecasts the second half (mean squared error); among the shapes within
+   ``_COMPETITIVE`` of the best score the one with fewer parameters wins, refitted on
+   everything. An in-sample residual would favour the most flexible shape, which on a noisy
+   plateau is usually a flat asymptote above any later target; forecasting the recent part
+   is the question actually asked.
+4. **Uncertainty.** The band on the target step is the envelope, over the chosen shape and
+   those within ``_BAND_COMPETITIVE`` of its score, of the steps at which each crosses
+   target ± 2δ, where δ combines the noise of the recent points and the held-out forecast
+   error (which grows with each doubling of the steps beyond the last one seen).
 
 ``step_for`` is infinite ("never") only when the chosen shape flattens above the target, i.e.
 the held-out data says the curve has really levelled off.
