@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from specon.core.rebalance import Move, PlacedJob, plan_rebalance
 
@@ -91,21 +91,5 @@ def plan_rebalance_by_slack(
 ) -> tuple[Move, ...]:
     """Algorithm 5 (:func:`plan_rebalance`), choosing among its candidates the job with the most
     slack first (``slack``: job name -> seconds; a missing name is infinite slack), then as
-    Algorithm 5 does (the most recently converged).
-
-    When no job has a finite slack this is :func:`plan_rebalance` itself. Otherwise the jobs are
-    handed to it re-stamped: ``plan_rebalance`` uses ``migrated_at`` only to pick, for each
-    target, the candidate with the smallest converged duration, so stamping the k-th job in
-    (more slack, then Algorithm 5's order) order with ``now - k`` makes it pick by slack first.
-    """
-    if not any(math.isfinite(slack.get(j.name, math.inf)) for j in jobs) or any(
-            j.migrated_at is None for j in jobs):
-        return plan_rebalance(jobs, workers, now, min_balance)
-
-    def order(j: PlacedJob) -> tuple[float, float, str]:
-        at = now if j.migrated_at is None else j.migrated_at
-        return (-slack.get(j.name, math.inf), now - at, j.name)
-
-    ranked = sorted(jobs, key=order)
-    stamped = [replace(j, migrated_at=now - k) for k, j in enumerate(ranked)]
-    return plan_rebalance(stamped, workers, now, min_balance)
+    Algorithm 5 does (the most recently converged)."""
+    return plan_rebalance(jobs, workers, now, min_balance, slack=slack)

@@ -8,12 +8,14 @@ Balance factor bf = floor(active jobs / workers). The research's rule gives bf =
 are fewer jobs than workers, which would never fill an idle worker; we floor bf at
 ``min_balance`` (default 1) so that such a cluster is still spread (docs/algorithms.md).
 A job is rebalanced at most once, is never moved onto its own host, and a source worker is
-never emptied below bf.
+never emptied below bf. With ``slack`` (jobs with a deadline: seconds to spare) the candidate
+with the most slack is moved first, then as above; a job without one has infinite slack.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -48,8 +50,10 @@ def plan_rebalance(
     workers: Sequence[str],
     now: float,
     min_balance: int = 1,
+    slack: Mapping[str, float] | None = None,
 ) -> tuple[Move, ...]:
     """Moves for one rebalancing round (empty unless every job is marked migrated)."""
+    spare = slack or {}
     if not jobs or not workers or any(j.migrated_at is None for j in jobs):
         return ()
     known = set(workers)
@@ -78,7 +82,8 @@ def plan_rebalance(
         ]
         if not pool:
             continue
-        pick = min(pool, key=lambda j: (now - _marked(j, now), j.name))
+        pick = min(pool, key=lambda j: (-spare.get(j.name, math.inf), now - _marked(j, now),
+                                        j.name))
         moves.append(Move(job=pick.name, source=pick.worker, target=target))
         moved.add(pick.name)
         load[pick.worker] -= 1
