@@ -103,6 +103,24 @@ def parse(annotations: Mapping[str, str], created: datetime) -> QosSpec:
                    total_steps=steps)
 
 
+_STAMP = re.compile(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
+
+
+def parse_timestamp(text: object) -> datetime | None:
+    """An RFC 3339 time as container engines and the Kubernetes API write it (nanoseconds
+    allowed, cut to microseconds); None when missing or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    m = _STAMP.fullmatch(text.strip())
+    if m is None:
+        return None
+    frac = (m.group(2) or "")[:7]
+    try:
+        return datetime.fromisoformat(m.group(1) + frac + m.group(3).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def _deadline(raw: str, created: datetime) -> float:
     if created.tzinfo is None:
         raise ValueError("created must be timezone-aware")

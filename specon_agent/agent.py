@@ -23,7 +23,7 @@ from typing import Any
 from specon import defaults
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
-from specon.core.urgency import Assessment, qos_limits
+from specon.core.urgency import Assessment, pressed_jobs, qos_limits
 from specon.sdk import SAVED_FILE, verify_checkpoint
 from specon.wire import (
     CheckpointRequest,
@@ -123,6 +123,7 @@ class Agent:
         self.next_poll = now
         self.next_cat = now + self.interval_s
         self.next_qos = now + config.qos_interval_s
+        self.pressed: frozenset[str] = frozenset()  # jobs given the CPU for their deadline
         self.seq = 0
         self._retry_at = -math.inf
         self.metrics.node_cpus.set(actuator.node_cpus)
@@ -337,7 +338,9 @@ class Agent:
         if not any(a is not None for a in judged.values()):
             return
         floor = min(1.0, self.config.qos_floor_cores / cpus)
-        limits = {cid: v for cid, v in qos_limits(judged, cpus, floor).items() if v is not None}
+        self.pressed = pressed_jobs(judged, cpus, self.pressed)
+        limits = {cid: v for cid, v in qos_limits(judged, cpus, floor, self.pressed).items()
+                  if v is not None}
         if self.control.set_qos_limits(limits, floor):
             log.info("QoS limits: %s", ", ".join(
                 f"{self.jobs[c].target.name}={v * cpus:.2f}" for c, v in limits.items())

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from specon.qos import ANNOTATIONS, QosError, QosSpec, parse
+from specon.qos import ANNOTATIONS, QosError, QosSpec, parse, parse_timestamp
 
 from .actuators.base import bare_id
 from .tail import newest_cri_log
@@ -128,26 +126,11 @@ class _Watcher:
         raise NotImplementedError
 
 
-def parse_time(text: str | None) -> datetime | None:
-    """An RFC 3339 time as the engines and the API write it (nanoseconds allowed); None if
-    missing or unreadable."""
-    if not text:
-        return None
-    m = re.fullmatch(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text.strip())
-    if m is None:
-        return None
-    frac = (m.group(2) or "")[:7]
-    try:
-        return datetime.fromisoformat(m.group(1) + frac + m.group(3).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def read_qos(
     stated: Mapping[str, str], created: str | None
 ) -> tuple[QosSpec | None, str | None, float | None]:
     """(spec, error, creation time) from a pod's annotations or a container's labels."""
-    when = parse_time(created)
+    when = parse_timestamp(created)
     if not any(k in stated for k in ANNOTATIONS):
         return None, None, when.timestamp() if when else None
     if when is None:

@@ -74,6 +74,8 @@ class JobQos:
             self.reached_at = now
 
     def sample(self, now: float, cpu_ns: int | None) -> None:
+        if not self.points:
+            return  # still starting (imports, data loading): CPU used, no step yet
         self.samples.append(_Sample(now, self.step, cpu_ns))
         while len(self.samples) > 2 and now - self.samples[1].t >= self.window_s:
             self.samples.popleft()
@@ -84,8 +86,8 @@ class JobQos:
             return 0.0, None
         a, b = self.samples[0], self.samples[-1]
         dt = b.t - a.t
-        if dt <= 0:
-            return 0.0, None
+        if dt < self.window_s / 2:
+            return 0.0, None  # too short a span to trust
         rate = max(0.0, b.step - a.step) / dt
         if a.cpu_ns is None or b.cpu_ns is None or b.cpu_ns < a.cpu_ns:
             return rate, None

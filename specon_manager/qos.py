@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from specon.qos import ANNOTATIONS, QosError, QosSpec, parse
+from specon.qos import ANNOTATIONS, QosError, QosSpec, parse, parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +30,7 @@ Poster = Callable[[Mapping[str, Any], str, str], None]
 
 
 def _created(meta: Mapping[str, Any], now: Callable[[], datetime]) -> datetime:
-    raw = meta.get("creationTimestamp")
-    if isinstance(raw, str):
-        try:
-            when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-            if when.tzinfo is not None:
-                return when
-        except ValueError:
-            pass
-    return now()
+    return parse_timestamp(meta.get("creationTimestamp")) or now()
 
 
 class QosBook:

@@ -89,39 +89,56 @@ def assess(
     return Assessment(state, level, predicted, slack, need)
 
 
+#: A pressed job stays pressed until its need falls below this share of an equal share.
+RELEASE = 0.5
+
+
+def pressed_jobs(
+    jobs: Mapping[str, Assessment | None], node_cpus: float, was: frozenset[str] = frozenset()
+) -> frozenset[str]:
+    """The jobs that plain sharing would make late and that can still make it.
+
+    A job becomes *pressed* when it needs more cores than an equal share of the node (what
+    default sharing gives it); it stays pressed, once given the CPU, until its need falls
+    below ``RELEASE`` of that share, or it gives up, reaches its target or leaves. Without
+    this hysteresis a job that catches up would lose the CPU, fall behind and get it back at
+    every other tick.
+    """
+    fair = node_cpus / max(1, len(jobs))
+    out = set()
+    for name, a in jobs.items():
+        if a is None or a.need_cores is None or a.state in ("given-up", "reached"):
+            continue
+        if a.need_cores > fair or (name in was and a.need_cores > RELEASE * fair):
+            out.add(name)
+    return frozenset(out)
+
+
 def qos_limits(
-    jobs: Mapping[str, Assessment | None], node_cpus: float, floor: float
+    jobs: Mapping[str, Assessment | None], node_cpus: float, floor: float,
+    pressed: frozenset[str] | None = None,
 ) -> dict[str, float | None]:
     """Node-level CPU limits (fractions of the node) for the jobs of one node.
 
-    A job is *pressed* when it needs more cores than an equal share of the node gives it (so
-    plain sharing would make it late) and can still make it. While any job is pressed, pressed
+    While any job is pressed (:func:`pressed_jobs`, computed here when not given), pressed
     jobs may use the whole node; jobs with a deadline that are not pressed keep the cores they
-    need to finish at ``GIVE`` of their time left; jobs past saving, and jobs whose target is
-    reached, are held at ``floor``. A job whose target is reached is held at ``floor`` always
-    (its CPU is better used by the others). None: no say (the job keeps FlowCon's limit); so do
-    all jobs when nobody is pressed. Because being pressed depends on the job's speed per core
-    and its time left, not on what it gets now, giving it CPU does not undo the decision at
-    the next tick (no oscillation).
+    need to finish at ``GIVE`` of their time left; jobs past saving are held at ``floor``. A
+    job whose target is reached is held at ``floor`` always when it shares the node (its CPU
+    is better used by the others). None: no say (the job keeps FlowCon's limit); so do all
+    jobs when nobody is pressed.
     """
     floor = max(0.0, min(1.0, floor))
-    n = max(1, len(jobs))
-    fair = node_cpus / n
-
-    def pressed(a: Assessment | None) -> bool:
-        return (a is not None and a.need_cores is not None and a.state != "given-up"
-                and a.need_cores > fair)
-
-    any_pressed = any(pressed(a) for a in jobs.values())
+    if pressed is None:
+        pressed = pressed_jobs(jobs, node_cpus)
     out: dict[str, float | None] = {}
     for name, a in jobs.items():
         if a is None:
             out[name] = None
-        elif a.state == "reached" and n > 1:
+        elif a.state == "reached" and len(jobs) > 1:
             out[name] = floor
-        elif not any_pressed:
+        elif not pressed:
             out[name] = None
-        elif pressed(a):
+        elif name in pressed:
             out[name] = 1.0
         elif a.state == "given-up":
             out[name] = floor

@@ -5,7 +5,14 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specon.core.urgency import GIVEN_UP, ON_TRACK, assess, qos_limits, urgency
+from specon.core.urgency import (
+    GIVEN_UP,
+    ON_TRACK,
+    assess,
+    pressed_jobs,
+    qos_limits,
+    urgency,
+)
 
 
 def test_levels():
@@ -46,6 +53,20 @@ def test_limits_only_when_someone_is_pressed():
     # a reached target gives its CPU up even when nobody is pressed
     assert qos_limits({"d": done, "b": None}, 2.0, 0.05) == {"d": 0.05, "b": None}
     assert qos_limits({"d": done}, 2.0, 0.05) == {"d": None}  # alone: no one to give to
+
+
+def test_pressed_until_well_ahead():
+    # need 1 core, equal share 2/3: pressed
+    late = assess(150.0, 1.0, 0.5, 2.0, 100.0)
+    assert pressed_jobs({"p": late, "x": None, "y": None}, 2.0) == {"p"}
+    # it caught up: needs 0.5 core, below the share but above half of it: still pressed
+    caught = assess(75.0, 2.0, 1.0, 2.0, 100.0)
+    assert pressed_jobs({"p": caught, "x": None, "y": None}, 2.0) == frozenset()
+    assert pressed_jobs({"p": caught, "x": None, "y": None}, 2.0, frozenset({"p"})) == {"p"}
+    ahead = assess(30.0, 2.0, 1.0, 2.0, 100.0)  # needs 0.2 core: released
+    assert pressed_jobs({"p": ahead, "x": None, "y": None}, 2.0, frozenset({"p"})) == frozenset()
+    lim = qos_limits({"p": caught, "x": None}, 2.0, 0.05, pressed=frozenset({"p"}))
+    assert lim == {"p": 1.0, "x": None}
 
 
 def test_pressed_stays_pressed_when_it_gets_the_cpu():
