@@ -15,5 +15,5 @@ for e in paper-20 paper-vae20 paper-50x8 philly-160; do
 done
 for e in targets-short deadlines-short; do
   $S simulate "$e" --seeds 10 --no-plots --no-jobs --out "results/$e" \
-    --policies default,specon+flowcon,las,dqoes,deadline,oracle
+    --policies default,specon+flowcon,las,dqoes,deadline,agent-qos,oracle
 done

@@ -173,8 +173,8 @@ def simulate(
         help=f"A workload file, or a built-in experiment: {', '.join(EXPERIMENTS)}.")
     ] = DEFAULT_EXPERIMENT,
     policies: Annotated[str, typer.Option(
-        help="Comma-separated policies, or 'auto': every policy, with dqoes and deadline only "
-        "when the workload has targets or deadlines.")] = "auto",
+        help="Comma-separated policies, or 'auto': every policy, with dqoes, deadline and "
+        "agent-qos only when the workload has targets or deadlines.")] = "auto",
     seeds: Annotated[str, typer.Option(help="A count (5 = seeds 0-4) or a list (1,2,7 or 0-9).")
                      ] = "5",
     alpha: Annotated[float | None, typer.Option(help=_ALPHA_HELP)] = None,
@@ -197,6 +197,8 @@ def simulate(
             skip.add("dqoes")
         if not any(j.deadline_s is not None for j in sample.jobs):
             skip.add("deadline")
+        if {"dqoes", "deadline"} <= skip:
+            skip.add("agent-qos")
         policies = ",".join(p for p in POLICIES if p not in skip)
     pols = _policies(policies)
     out_dir = out or Path("results") / name

@@ -23,7 +23,7 @@ from typing import Any
 from specon import defaults
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
-from specon.core.urgency import Assessment, pressed_jobs, qos_limits
+from specon.core.urgency import Assessment, prioritised, qos_limits
 from specon.sdk import SAVED_FILE, verify_checkpoint
 from specon.wire import (
     CheckpointRequest,
@@ -65,7 +65,7 @@ class LoopConfig:
     #: and the lowest limit (cores) a job that can spare CPU is held at.
     qos_interval_s: float = 15.0
     qos_window_s: float = 30.0
-    qos_floor_cores: float = 0.1
+    qos_floor_cores: float = defaults.QOS_FLOOR_CORES
 
     def flow_params(self) -> FlowConParams:
         itval = self.flowcon_interval_s or self.interval_s
@@ -123,7 +123,7 @@ class Agent:
         self.next_poll = now
         self.next_cat = now + self.interval_s
         self.next_qos = now + config.qos_interval_s
-        self.pressed: frozenset[str] = frozenset()  # jobs given the CPU for their deadline
+        self.first: frozenset[str] = frozenset()  # jobs given the CPU first (docs/qos.md)
         self.seq = 0
         self._retry_at = -math.inf
         self.metrics.node_cpus.set(actuator.node_cpus)
@@ -327,7 +327,7 @@ class Agent:
                 continue
             before = q.assessment.state if q.assessment is not None else None
             q.sample(now, self.meter.usage_ns(cid))
-            a = q.judge(now, best_cores=cpus)
+            a = q.judge(now, best_cores=q.best_cores(cpus))
             judged[cid] = a
             if a.state != before:
                 log.info("%s: %s -> %s (predicted %s s, slack %s s, needs %s cores)",
@@ -338,13 +338,17 @@ class Agent:
         if not any(a is not None for a in judged.values()):
             return
         floor = min(1.0, self.config.qos_floor_cores / cpus)
-        self.pressed = pressed_jobs(judged, cpus, self.pressed)
-        limits = {cid: v for cid, v in qos_limits(judged, cpus, floor, self.pressed).items()
+        was = self.first
+        self.first = prioritised(judged, was)
+        limits = {cid: v for cid, v in qos_limits(judged, cpus, floor, self.first).items()
                   if v is not None}
         if self.control.set_qos_limits(limits, floor):
-            log.info("QoS limits: %s", ", ".join(
-                f"{self.jobs[c].target.name}={v * cpus:.2f}" for c, v in limits.items())
-                or "none (FlowCon decides)")
+            # The limits follow each job's need at every tick: say so at info level only when
+            # the set of jobs given the node changes.
+            log.log(logging.INFO if self.first != was else logging.DEBUG,
+                    "QoS limits (cores): %s", ", ".join(
+                        f"{self.jobs[c].target.name}={v * cpus:.2f}" for c, v in limits.items())
+                    or "none (FlowCon decides)")
 
     def _stop_at_target(self, job: _Followed) -> None:
         assert job.qos is not None

@@ -50,6 +50,12 @@ class JobQos:
     assessment: Assessment | None = None
     prediction: Prediction | None = None
     cores: float = 0.0
+    peak_cores: float = 0.0  # the most it was seen using over a window
+
+    def best_cores(self, node_cpus: float) -> float:
+        """The cores the job could use: a quarter above the most it was seen using, at least
+        one (a job seen only under contention may use more; it then shows it)."""
+        return min(node_cpus, max(1.0, 1.25 * self.peak_cores))
 
     @property
     def deadline(self) -> float | None:
@@ -97,6 +103,7 @@ class JobQos:
         """Predict and assess (also kept in ``prediction`` and ``assessment``)."""
         rate, cores = self.rate()
         self.cores = cores or 0.0
+        self.peak_cores = max(self.peak_cores, self.cores)
         spec = self.spec
         total = None if spec.total_steps is None or self.counted else float(spec.total_steps)
         fit = fit_curve([p[0] for p in self.points], [p[1] for p in self.points]) \

@@ -114,8 +114,8 @@ class AgentSettings(BaseSettings):
     qos_window_s: float = Field(
         30.0, gt=0, le=3600, description="window over which a job's step rate is measured (s)")
     qos_floor_cores: float = Field(
-        0.1, gt=0, description="the lowest CPU limit (cores) a job that can spare CPU is held "
-        "at for one that would miss its deadline")
+        defaults.QOS_FLOOR_CORES, gt=0, description="the lowest CPU limit (cores) of a job "
+        "that yields to one that would miss its deadline")
 
     manager_url: str | None = Field(None, description="manager base URL (cluster mode)")
     token_file: Path | None = Field(

@@ -2,8 +2,10 @@
 
 Pure: the caller predicts how many steps a job still needs (to its target loss, from
 :mod:`specon.core.predict`, or to its end) and at what rates it runs now and could run with
-every core it can use; this module ranks it. The simulator's ``dqoes`` and ``deadline``
-policies and the agent use the same rule.
+every core it can use; this module ranks it (:func:`urgency`, what the simulator's ``dqoes``
+and ``deadline`` policies divide a worker by) and turns a node's ranking into CPU limits
+(:func:`assess`, :func:`prioritised`, :func:`qos_limits`: what the node agent applies, and the
+simulator's ``agent-qos`` policy).
 
 Levels (lower first): at-risk jobs that more CPU can still save, by least laxity (seconds of
 slack at full speed); then jobs on track and jobs without a target or deadline; last, jobs
@@ -15,6 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from specon.core.shares import by_priority
 
 #: A job is on track when its predicted time is within this share of the time it has left.
 MARGIN = 0.9
@@ -42,8 +46,11 @@ def urgency(
     return min(ON_TRACK - 1, int(time_left - best))
 
 
-#: An on-track job that gives CPU up keeps enough to finish at this share of its time left.
+#: The cores a job needs are those that reach its goal at this share of its time left.
 GIVE = 0.75
+#: A prioritised job keeps its priority until, at its current rate, it would reach its goal
+#: within this share of its time left (well ahead, not just on track: no flapping).
+RELEASE = 0.6
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +65,11 @@ class Assessment:
     #: Cores the job needs to reach its goal at ``GIVE`` of its time left, at its measured
     #: speed per core (None: unknown, or no deadline).
     need_cores: float | None = None
+    best_cores: float = 0.0  # the most it can use
+    #: Its laxity level (seconds of slack at full speed), whatever its state; ON_TRACK when
+    #: unknown.
+    laxity: int = ON_TRACK
+    ahead: bool = True  # within RELEASE of its time left at the current rate
 
 
 def assess(
@@ -73,77 +85,79 @@ def assess(
     steps/s measured while the job used ``cores_now`` cores; ``best_cores``: the most it could
     use; ``time_left``: seconds to its deadline (inf: none)."""
     if reached:
-        return Assessment("reached", GIVEN_UP, 0.0, None, 0.0)
+        return Assessment("reached", GIVEN_UP, 0.0, None, 0.0, best_cores)
     per_core = rate_now / cores_now if rate_now > 0 and cores_now > 0 else 0.0
     if steps_left is None or per_core <= 0:
-        return Assessment("on-track", ON_TRACK)
+        return Assessment("on-track", ON_TRACK, best_cores=best_cores)
     if math.isinf(steps_left):
-        return Assessment("given-up", GIVEN_UP)
-    level = urgency(steps_left, rate_now, per_core * best_cores, time_left)
+        return Assessment("given-up", GIVEN_UP, best_cores=best_cores)
+    rate_best = per_core * best_cores
+    level = urgency(steps_left, rate_now, rate_best, time_left)
     predicted = steps_left / rate_now
     if math.isinf(time_left):
-        return Assessment("on-track", level, predicted)
+        return Assessment("on-track", level, predicted, best_cores=best_cores)
     slack = time_left - predicted
     need = steps_left / max(give * time_left, 1e-9) / per_core
     state = "on-track" if level == ON_TRACK else "given-up" if level >= GIVEN_UP else "at-risk"
-    return Assessment(state, level, predicted, slack, need)
+    laxity = max(0, min(ON_TRACK - 1, int(time_left - steps_left / max(rate_best, 1e-12))))
+    return Assessment(state, level, predicted, slack, need, best_cores, laxity,
+                      ahead=predicted <= RELEASE * time_left)
 
 
-#: A pressed job stays pressed until its need falls below this share of an equal share.
-RELEASE = 0.5
-
-
-def pressed_jobs(
-    jobs: Mapping[str, Assessment | None], node_cpus: float, was: frozenset[str] = frozenset()
+def prioritised(
+    jobs: Mapping[str, Assessment | None], was: frozenset[str] = frozenset()
 ) -> frozenset[str]:
-    """The jobs that plain sharing would make late and that can still make it.
-
-    A job becomes *pressed* when it needs more cores than an equal share of the node (what
-    default sharing gives it); it stays pressed, once given the CPU, until its need falls
-    below ``RELEASE`` of that share, or it gives up, reaches its target or leaves. Without
-    this hysteresis a job that catches up would lose the CPU, fall behind and get it back at
-    every other tick.
-    """
-    fair = node_cpus / max(1, len(jobs))
+    """The jobs that get the CPU first: those at risk, and those that were (``was``) and are
+    not yet well ahead (:data:`RELEASE`). Without this hysteresis a job that catches up would
+    lose the CPU, fall behind and get it back at every other decision."""
     out = set()
     for name, a in jobs.items():
-        if a is None or a.need_cores is None or a.state in ("given-up", "reached"):
+        if a is None or a.state in ("given-up", "reached"):
             continue
-        if a.need_cores > fair or (name in was and a.need_cores > RELEASE * fair):
+        if a.state == "at-risk" or (name in was and a.slack_s is not None and not a.ahead):
             out.add(name)
     return frozenset(out)
 
 
 def qos_limits(
     jobs: Mapping[str, Assessment | None], node_cpus: float, floor: float,
-    pressed: frozenset[str] | None = None,
+    first: frozenset[str] | None = None,
 ) -> dict[str, float | None]:
     """Node-level CPU limits (fractions of the node) for the jobs of one node.
 
-    While any job is pressed (:func:`pressed_jobs`, computed here when not given), pressed
-    jobs may use the whole node; jobs with a deadline that are not pressed keep the cores they
-    need to finish at ``GIVE`` of their time left; jobs past saving are held at ``floor``. A
-    job whose target is reached is held at ``floor`` always when it shares the node (its CPU
-    is better used by the others). None: no say (the job keeps FlowCon's limit); so do all
-    jobs when nobody is pressed.
+    While some job is prioritised (:func:`prioritised`, computed here when ``first`` is not
+    given), the node's CPU is divided by strict priority (:func:`by_priority`): prioritised
+    jobs first, least laxity first, each up to the cores it can use; then the jobs on track
+    and the jobs without a target or deadline, equally; last the jobs past saving or whose
+    target is reached. That division becomes limits: the most urgent jobs may use the whole
+    node (what they leave flows on), every other job with a target or deadline is held at its
+    part (never below ``floor``). Jobs without a target or deadline get no limit from here
+    (None: they keep FlowCon's), nor does anyone when no job is prioritised, except that a
+    reached target is held at ``floor`` whenever the job shares the node.
     """
     floor = max(0.0, min(1.0, floor))
-    if pressed is None:
-        pressed = pressed_jobs(jobs, node_cpus)
-    out: dict[str, float | None] = {}
-    for name, a in jobs.items():
-        if a is None:
-            out[name] = None
-        elif a.state == "reached" and len(jobs) > 1:
-            out[name] = floor
-        elif not pressed:
-            out[name] = None
-        elif name in pressed:
-            out[name] = 1.0
-        elif a.state == "given-up":
-            out[name] = floor
-        elif a.need_cores is not None:
-            out[name] = max(floor, min(1.0, a.need_cores / node_cpus))
+    if first is None:
+        first = prioritised(jobs)
+    names = list(jobs)
+    if len(names) < 2:
+        return dict.fromkeys(names)
+    levels, caps = [], []
+    for n in names:
+        a = jobs[n]
+        if n in first and a is not None:
+            levels.append(a.laxity)
+            caps.append(min(node_cpus, a.best_cores) if a.best_cores > 0 else node_cpus)
         else:
-            out[name] = None
+            levels.append(ON_TRACK if a is None or a.state == "on-track" else GIVEN_UP)
+            caps.append(node_cpus)
+    parts = by_priority(node_cpus, caps, levels)
+    top = min((lv for n, lv in zip(names, levels, strict=True) if n in first), default=ON_TRACK)
+    out: dict[str, float | None] = {}
+    for n, lv, part in zip(names, levels, parts, strict=True):
+        if jobs[n] is None:
+            out[n] = None
+        elif lv <= top:
+            out[n] = 1.0 if n in first else None
+        else:
+            out[n] = max(floor, min(1.0, part / node_cpus))
     return out

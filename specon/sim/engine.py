@@ -27,14 +27,22 @@ from specon.core.growth import Growth, LossTrack
 from specon.core.predict import fit_curve
 from specon.core.rebalance import PlacedJob, plan_rebalance
 from specon.core.scoring import WorkerView, choose_host
-from specon.core.urgency import GIVEN_UP, ON_TRACK, urgency
+from specon.core.urgency import (
+    GIVEN_UP,
+    ON_TRACK,
+    Assessment,
+    assess,
+    prioritised,
+    qos_limits,
+    urgency,
+)
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
 from specon.sim.model import JobResult, Policy, RunResult, SimConfig
 from specon.workload.models import JobSpec, Profile, Workload
 
 ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
 #: Sharing modes that re-divide the CPU at every interval.
-TICKED_SHARES = ("las", "slaq", "dqoes", "deadline")
+TICKED_SHARES = ("las", "slaq", "dqoes", "deadline", "agent-qos")
 
 
 def smoothed(loss: Sequence[float], window: int = 5) -> list[float]:
@@ -147,7 +155,8 @@ class _Job:
 
 
 class _Worker:
-    __slots__ = ("cpus", "flow", "inflight", "jobs", "last_t", "name", "reserved", "speed")
+    __slots__ = ("cpus", "first", "flow", "inflight", "jobs", "last_t", "name", "reserved",
+                 "speed")
 
     def __init__(self, name: str, cpus: float, speed: float, params: FlowConParams) -> None:
         self.name = name
@@ -158,6 +167,7 @@ class _Worker:
         self.last_t = 0.0
         self.inflight = 0
         self.reserved: set[str] = set()
+        self.first: frozenset[str] = frozenset()  # the agent's QoS rule (share "agent-qos")
 
 
 class Simulator:
@@ -287,6 +297,8 @@ class Simulator:
             cores = by_priority(w.cpus, caps, levels)
         elif self.policy.share in ("dqoes", "deadline"):
             cores = by_priority(w.cpus, caps, [self._qos_level(j, w) for j in jobs])
+        elif self.policy.share == "agent-qos":
+            cores = waterfill(w.cpus, self._agent_qos_caps(w, jobs, caps), [1.0] * len(jobs))
         elif self.policy.share == "slaq":
             value = [self._slaq_value(j) for j in jobs]
             cores = greedy_marginal(
@@ -325,6 +337,32 @@ class Simulator:
         left = (spec.submit_s + spec.deadline_s - self.now) if spec.deadline_s else math.inf
         best = job.profile.speed(job.max_cores) * w.speed / job.iter_cost
         return urgency(steps, job.rate, best, left)
+
+    def _agent_qos_caps(self, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+        """The node agent's rule (specon_agent/qos.py, docs/qos.md): each job with a target or
+        deadline assessed from its rate and cores so far, the worker divided by strict
+        priority into limits; jobs without either keep FlowCon's caps."""
+        judged: dict[str, Assessment | None] = {}
+        for j in jobs:
+            spec = j.spec
+            if spec.target_loss is None and spec.deadline_s is None:
+                judged[spec.name] = None
+                continue
+            reached = j.result.target_reached_s is not None
+            if spec.target_loss is not None:
+                steps = None if reached else self._steps_to_target(j)
+            else:
+                steps = max(0.0, j.profile.iterations - j.done)
+            left = (spec.submit_s + spec.deadline_s - self.now) if spec.deadline_s else math.inf
+            judged[spec.name] = assess(steps, j.rate, j.cores, j.max_cores, left, reached)
+        w.first = prioritised(judged, w.first)
+        floor = min(1.0, self.cfg.qos_floor_cores / w.cpus)
+        limits = qos_limits(judged, w.cpus, floor, w.first)
+        out = []
+        for j, c in zip(jobs, caps, strict=True):
+            lim = limits[j.spec.name]
+            out.append(c if lim is None else min(j.max_cores, lim * w.cpus))
+        return out
 
     def _steps_to_target(self, job: _Job) -> float | None:
         """Steps still needed to reach the target, from a learning curve fitted so far."""

@@ -27,6 +27,7 @@ class SimConfig:
     max_inflight_total: int = 4
     las_thresholds: tuple[float, ...] = (60.0, 600.0)  # core-seconds of attained service
     slaq_quantum: float = 0.25  # cores handed out per greedy step
+    qos_floor_cores: float = defaults.QOS_FLOOR_CORES  # the agent's QoS floor (agent-qos)
     request_cpu: float = 0.1  # what the default scheduler counts for a pod without requests
     record_timeline: bool = True
 
@@ -66,6 +67,8 @@ POLICIES: dict[str, Policy] = {
                description="CPU first to jobs predicted to miss their target loss (DQoES)"),
         Policy("deadline", share="deadline",
                description="CPU first to jobs predicted to miss their deadline (QoS-oriented)"),
+        Policy("agent-qos", share="agent-qos",
+               description="the node agent's QoS rule: soft caps for targets and deadlines"),
         Policy("oracle", description="clairvoyant pooled SRPT: headroom reference, not a rival"),
     )
 }

@@ -9,7 +9,7 @@ from specon.core.urgency import (
     GIVEN_UP,
     ON_TRACK,
     assess,
-    pressed_jobs,
+    prioritised,
     qos_limits,
     urgency,
 )
@@ -42,39 +42,46 @@ def test_assess_states():
     assert assess(50.0, 1.0, 1.0, 2.0, math.inf).slack_s is None  # a target, no deadline
 
 
-def test_limits_only_when_someone_is_pressed():
-    calm = assess(10.0, 1.0, 1.0, 2.0, 100.0)  # needs 0.13 cores of a 1-core fair share
-    pressed = assess(150.0, 1.0, 0.5, 2.0, 100.0)  # needs 1 core; fair share 2/3
-    done = assess(0.0, 1.0, 1.0, 2.0, 100.0, reached=True)
+def test_limits_by_strict_priority_when_someone_is_at_risk():
+    calm = assess(10.0, 1.0, 1.0, 1.0, 100.0)  # on track with a wide margin
+    late = assess(150.0, 1.0, 0.5, 1.0, 100.0)  # late at 0.5 cores, in time at 1 (1 thread)
+    gone = assess(500.0, 1.0, 0.5, 1.0, 100.0)  # late even at 1 core
+    assert (calm.state, late.state, gone.state) == ("on-track", "at-risk", "given-up")
+    # nobody at risk: no say over on-track and plain jobs; a job past saving yields
     assert qos_limits({"a": calm, "b": None}, 2.0, 0.05) == {"a": None, "b": None}
-    lim = qos_limits({"a": calm, "b": None, "p": pressed}, 2.0, 0.05)
-    assert lim["p"] == 1.0 and lim["b"] is None
-    assert calm.need_cores is not None and lim["a"] == max(0.05, calm.need_cores / 2)
-    # a reached target gives its CPU up even when nobody is pressed
+    assert qos_limits({"a": calm, "g": gone}, 2.0, 0.05) == {"a": None, "g": 0.05}
+    # at risk: it may use the node; it can use one core of two, the on-track job and the plain
+    # one share the other (the plain one keeps FlowCon's limit), the job past saving yields
+    lim = qos_limits({"a": calm, "b": None, "p": late, "g": gone}, 2.0, 0.05)
+    assert lim == {"a": 0.25, "b": None, "p": 1.0, "g": 0.05}
+    assert qos_limits({"p": late}, 2.0, 0.05) == {"p": None}  # alone: nothing to decide
+
+
+def test_least_laxity_first_among_jobs_at_risk():
+    tight = assess(180.0, 1.0, 0.5, 1.0, 100.0)  # 90 s at full speed, 100 s left: 10 s laxity
+    loose = assess(150.0, 1.0, 0.5, 1.0, 100.0)  # 25 s laxity
+    assert tight.laxity < loose.laxity
+    # a 1-core node: the tightest gets it (may use all); the other holds the floor
+    lim = qos_limits({"t": tight, "l": loose}, 1.0, 0.05)
+    assert lim == {"t": 1.0, "l": 0.05}
+
+
+def test_reached_target_yields():
+    done = assess(0.0, 1.0, 1.0, 2.0, 100.0, reached=True)
     assert qos_limits({"d": done, "b": None}, 2.0, 0.05) == {"d": 0.05, "b": None}
-    assert qos_limits({"d": done}, 2.0, 0.05) == {"d": None}  # alone: no one to give to
 
 
-def test_pressed_until_well_ahead():
-    # need 1 core, equal share 2/3: pressed
-    late = assess(150.0, 1.0, 0.5, 2.0, 100.0)
-    assert pressed_jobs({"p": late, "x": None, "y": None}, 2.0) == {"p"}
-    # it caught up: needs 0.5 core, below the share but above half of it: still pressed
-    caught = assess(75.0, 2.0, 1.0, 2.0, 100.0)
-    assert pressed_jobs({"p": caught, "x": None, "y": None}, 2.0) == frozenset()
-    assert pressed_jobs({"p": caught, "x": None, "y": None}, 2.0, frozenset({"p"})) == {"p"}
-    ahead = assess(30.0, 2.0, 1.0, 2.0, 100.0)  # needs 0.2 core: released
-    assert pressed_jobs({"p": ahead, "x": None, "y": None}, 2.0, frozenset({"p"})) == frozenset()
-    lim = qos_limits({"p": caught, "x": None}, 2.0, 0.05, pressed=frozenset({"p"}))
-    assert lim == {"p": 1.0, "x": None}
-
-
-def test_pressed_stays_pressed_when_it_gets_the_cpu():
-    # the same job measured at 0.5 and at 1 core: its need and so the decision do not change
-    slow = assess(150.0, 1.0, 0.5, 2.0, 100.0)
-    fast = assess(148.0, 2.0, 1.0, 2.0, 99.0)
-    for a in (slow, fast):
-        assert qos_limits({"p": a, "x": None, "y": None}, 2.0, 0.05)["p"] == 1.0
+def test_prioritised_until_well_ahead():
+    late = assess(150.0, 1.0, 0.5, 1.0, 100.0)
+    assert prioritised({"p": late}) == {"p"}
+    caught = assess(80.0, 1.0, 1.0, 1.0, 100.0)  # 80 s of 100: on track, not yet well ahead
+    assert caught.state == "on-track" and not caught.ahead
+    assert prioritised({"p": caught}) == frozenset()
+    assert prioritised({"p": caught}, frozenset({"p"})) == {"p"}
+    ahead = assess(50.0, 1.0, 1.0, 1.0, 100.0)  # 50 s of 100: released
+    assert prioritised({"p": ahead}, frozenset({"p"})) == frozenset()
+    assert qos_limits({"p": caught, "x": None}, 2.0, 0.05, frozenset({"p"})) == {
+        "p": 1.0, "x": None}
 
 
 @given(st.floats(0, 1e6), st.floats(1e-6, 1e3), st.floats(1e-6, 1e3), st.floats(0, 1e6))

@@ -1,4 +1,5 @@
-"""Quality targets and deadlines in the simulator: stop at target, dqoes and deadline policies."""
+"""Quality targets and deadlines in the simulator: stop at target, the dqoes and deadline
+policies, and the node agent's rule (agent-qos)."""
 
 import pytest
 from synth import workload
@@ -26,7 +27,9 @@ def test_target_met_counts_only_within_the_budget():
 
 @pytest.mark.parametrize(("experiment", "policy", "metric"),
                          [("targets-short", "dqoes", "targets_met"),
-                          ("deadlines-short", "deadline", "deadlines_met")])
+                          ("deadlines-short", "deadline", "deadlines_met"),
+                          ("targets-short", "agent-qos", "targets_met"),
+                          ("deadlines-short", "agent-qos", "deadlines_met")])
 def test_qos_policies_meet_more_than_default_and_the_full_system(experiment, policy, metric):
     exp = EXPERIMENTS[experiment]
     mx = run_matrix(experiment, exp.build, ["default", "specon+flowcon", policy], [0, 1, 2],
