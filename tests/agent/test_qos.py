@@ -3,13 +3,21 @@ annotations, predicting from records, judging, and the limits a node gets."""
 
 from __future__ import annotations
 
+import io
+import json
 import math
+
+import pytest
 
 from specon.core.flowcon import FlowConParams
 from specon.core.urgency import qos_limits
 from specon.qos import QosSpec, parse_timestamp
+from specon.sdk import Checkpointer, Reporter
+from specon_agent.actuators.cgroup import CgroupActuator
+from specon_agent.agent import Agent, LoopConfig, _Followed
 from specon_agent.control import NodeControl
-from specon_agent.discovery import pod_targets, read_qos
+from specon_agent.cpu import CpuMeter
+from specon_agent.discovery import Target, pod_targets, read_qos
 from specon_agent.qos import JobQos
 
 T0 = 1_800_000_000.0
@@ -116,3 +124,43 @@ def test_control_uses_qos_limits_over_flowcon():
     assert not c.set_qos_limits({"a": 0.05}, 0.05)
     c.depart("a", 1.0)
     assert c.limits == {"b": 1.0} and c.floor == 1.0
+
+
+def test_agent_reports_predictions_and_stops_a_job_at_its_target(tmp_path):
+    """The agent's QoS pass on one job, with a real SDK Checkpointer honouring the request:
+    the heartbeat carries the target, the state and the predictions; once the target is
+    reached the job is asked to save and stop as done, and exits 0 after a verified save."""
+    cid = "d" * 64
+    agent = Agent(LoopConfig(node="n", qos_window_s=10), CgroupActuator(node_cpus=2), CpuMeter())
+    spec = QosSpec(target_loss=0.2, deadline_s=3600.0, stop_at_target=True)
+    target = Target(cid=cid, namespace="ns", pod="p", checkpoint_dir=tmp_path, qos=spec,
+                    created=T0)
+    agent.jobs[cid] = _Followed(target, None, qos=JobQos(spec, T0, window_s=10))
+    agent.control.arrive(cid, T0, None)
+    q = agent.jobs[cid].qos
+    assert q is not None
+    for k in range(1, 30):
+        q.add(T0 + k, [k * 10], [0.1 + math.exp(-k * 10 / 200)])
+        if k % 5 == 0:
+            agent._qos_tick(T0 + k)
+    [rep] = agent.heartbeat(T0 + 30).jobs
+    assert rep.target_loss == 0.2 and rep.deadline == T0 + 3600 and not rep.target_reached
+    assert rep.qos == "on-track" and rep.predicted_target_s is not None
+    assert rep.predicted_target_low_s is not None and rep.predicted_target_high_s is not None
+    assert rep.slack_s is not None and rep.slack_s > 0
+    agent._publish(T0 + 30)
+    key = ("ns", "p", "main")
+    assert agent.metrics.job_qos.labels(*key, "on-track")._value.get() == 1
+    assert agent.metrics.job_predicted_target.labels(*key, "estimate")._value.get() > 0
+
+    for k in range(30, 36):
+        q.add(T0 + k, [k * 10], [0.15])
+    agent._qos_tick(T0 + 36)
+    [rep] = agent.heartbeat(T0 + 36).jobs
+    assert rep.target_reached and rep.qos == "reached"
+    assert json.loads((tmp_path / "request.json").read_text())["done"] is True
+    job = Checkpointer(tmp_path, handle_sigterm=False,
+                       reporter=Reporter(tmp_path / "progress.jsonl", io.StringIO()))
+    with pytest.raises(SystemExit) as exc:
+        job.step_end(360, {"w": 1})
+    assert exc.value.code == 0
