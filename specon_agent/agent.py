@@ -168,8 +168,10 @@ class Agent:
         elif target.qos is not None:
             job.qos = JobQos(target.qos, target.created if target.created is not None else now,
                              window_s=self.config.qos_window_s)
+            deadline = job.qos.deadline
             log.info("%s: target loss %s, deadline %s", target.name,
-                     _fmt(target.qos.target_loss), _fmt(job.qos.deadline))
+                     _fmt(target.qos.target_loss), "-" if deadline is None else
+                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline)))
         self.control.arrive(target.cid, now, self.meter.usage_ns(target.cid))
         self.metrics.events.labels("arrival").inc()
         log.info("job %s (%s) arrived; following %s", target.name, target.cid[:12],
@@ -339,7 +341,7 @@ class Agent:
             return
         floor = min(1.0, self.config.qos_floor_cores / cpus)
         was = self.first
-        self.first = prioritised(judged, was)
+        self.first = prioritised(judged, cpus, was)
         limits = {cid: v for cid, v in qos_limits(judged, cpus, floor, self.first).items()
                   if v is not None}
         if self.control.set_qos_limits(limits, floor):

@@ -48,11 +48,8 @@ def urgency(
 
 #: The cores a job needs are those that reach its goal at this share of its time left.
 GIVE = 0.75
-#: A prioritised job keeps its priority until, at its current rate, it would reach its goal
-#: within this share of its time left (well ahead, not just on track: no flapping).
-RELEASE = 0.6
-
-
+#: A job is put first only if it needs more than this share of an equal share of the node.
+SHARE = 0.75
 @dataclass(frozen=True, slots=True)
 class Assessment:
     """Where one job with a target or a deadline stands (the agent's view, reported)."""
@@ -69,7 +66,6 @@ class Assessment:
     #: Its laxity level (seconds of slack at full speed), whatever its state; ON_TRACK when
     #: unknown.
     laxity: int = ON_TRACK
-    ahead: bool = True  # within RELEASE of its time left at the current rate
 
 
 def assess(
@@ -100,21 +96,30 @@ def assess(
     need = steps_left / max(give * time_left, 1e-9) / per_core
     state = "on-track" if level == ON_TRACK else "given-up" if level >= GIVEN_UP else "at-risk"
     laxity = max(0, min(ON_TRACK - 1, int(time_left - steps_left / max(rate_best, 1e-12))))
-    return Assessment(state, level, predicted, slack, need, best_cores, laxity,
-                      ahead=predicted <= RELEASE * time_left)
+    return Assessment(state, level, predicted, slack, need, best_cores, laxity)
 
 
 def prioritised(
-    jobs: Mapping[str, Assessment | None], was: frozenset[str] = frozenset()
+    jobs: Mapping[str, Assessment | None], node_cpus: float, was: frozenset[str] = frozenset()
 ) -> frozenset[str]:
-    """The jobs that get the CPU first: those at risk, and those that were (``was``) and are
-    not yet well ahead (:data:`RELEASE`). Without this hysteresis a job that catches up would
-    lose the CPU, fall behind and get it back at every other decision."""
+    """The jobs that get the CPU first: at risk now (or given it before, ``was``) and needing
+    more than :data:`SHARE` of an equal share of the node to reach their goal at :data:`GIVE`
+    of their time left.
+
+    The equal share is what plain sharing would give: a job that would be comfortably in time
+    with it is not put first, even when it is late at its current rate (for instance because
+    it is held low for another job: otherwise the jobs that yield would take turns at being
+    first). A job once put first keeps its place while it still needs that much, though at its
+    new rate it soon looks on track; the test does not depend on what the job gets now, so
+    the decision does not flap.
+    """
+    share = node_cpus / max(1, len(jobs))
     out = set()
     for name, a in jobs.items():
-        if a is None or a.state in ("given-up", "reached"):
+        if a is None or a.need_cores is None or a.state in ("given-up", "reached"):
             continue
-        if a.state == "at-risk" or (name in was and a.slack_s is not None and not a.ahead):
+        fair = min(share, a.best_cores) if a.best_cores > 0 else share
+        if (a.state == "at-risk" or name in was) and a.need_cores > SHARE * fair:
             out.add(name)
     return frozenset(out)
 
@@ -137,7 +142,7 @@ def qos_limits(
     """
     floor = max(0.0, min(1.0, floor))
     if first is None:
-        first = prioritised(jobs)
+        first = prioritised(jobs, node_cpus)
     names = list(jobs)
     if len(names) < 2:
         return dict.fromkeys(names)

@@ -355,7 +355,7 @@ class Simulator:
                 steps = max(0.0, j.profile.iterations - j.done)
             left = (spec.submit_s + spec.deadline_s - self.now) if spec.deadline_s else math.inf
             judged[spec.name] = assess(steps, j.rate, j.cores, j.max_cores, left, reached)
-        w.first = prioritised(judged, w.first)
+        w.first = prioritised(judged, w.cpus, w.first)
         floor = min(1.0, self.cfg.qos_floor_cores / w.cpus)
         limits = qos_limits(judged, w.cpus, floor, w.first)
         out = []

@@ -71,17 +71,27 @@ def test_reached_target_yields():
     assert qos_limits({"d": done, "b": None}, 2.0, 0.05) == {"d": 0.05, "b": None}
 
 
-def test_prioritised_until_well_ahead():
-    late = assess(150.0, 1.0, 0.5, 1.0, 100.0)
-    assert prioritised({"p": late}) == {"p"}
-    caught = assess(80.0, 1.0, 1.0, 1.0, 100.0)  # 80 s of 100: on track, not yet well ahead
-    assert caught.state == "on-track" and not caught.ahead
-    assert prioritised({"p": caught}) == frozenset()
-    assert prioritised({"p": caught}, frozenset({"p"})) == {"p"}
-    ahead = assess(50.0, 1.0, 1.0, 1.0, 100.0)  # 50 s of 100: released
-    assert prioritised({"p": ahead}, frozenset({"p"})) == frozenset()
-    assert qos_limits({"p": caught, "x": None}, 2.0, 0.05, frozenset({"p"})) == {
-        "p": 1.0, "x": None}
+def test_prioritised_while_it_needs_most_of_an_equal_share():
+    late = assess(150.0, 1.0, 0.5, 1.0, 100.0)  # needs 150 / 75 s / 2 steps/s/core = 1 core
+    assert prioritised({"p": late, "x": None}, 2.0) == {"p"}
+    # late at its current rate only because it is held low: at an equal share (0.5 core of
+    # four jobs on 2) it would need 25 / 75 s / 1 = 0.33 core < 0.75 * 0.5: not put first
+    held = assess(25.0, 0.05, 0.05, 1.0, 100.0)
+    assert held.state == "at-risk"
+    four = {"p": held, "x": None, "y": None, "z": None}
+    assert prioritised(four, 2.0) == frozenset()
+    # given the CPU it is on track at its new rate, but still needs 80 / 75 s / 1 = 1.07
+    # cores, more than an equal share: it keeps its place
+    caught = assess(80.0, 1.0, 1.0, 1.0, 100.0)
+    assert caught.state == "on-track"
+    four["p"] = caught
+    assert prioritised(four, 2.0) == frozenset()
+    assert prioritised(four, 2.0, frozenset({"p"})) == {"p"}
+    # far enough ahead (0.3 core): released
+    four["p"] = assess(22.5, 1.0, 1.0, 1.0, 100.0)
+    assert prioritised(four, 2.0, frozenset({"p"})) == frozenset()
+    four["p"] = caught
+    assert qos_limits(four, 2.0, 0.05, frozenset({"p"}))["p"] == 1.0
 
 
 @given(st.floats(0, 1e6), st.floats(1e-6, 1e3), st.floats(1e-6, 1e3), st.floats(0, 1e6))
