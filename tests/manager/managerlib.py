@@ -30,3 +30,13 @@ def heartbeat(node: str, jobs: list[dict[str, Any]] | None = None, seq: int = 1,
               load: float = 0.0, cpus: float = 4.0, **extra: Any) -> dict[str, Any]:
     return {"node": node, "time": time.time(), "seq": seq, "capacity_cpus": cpus,
             "load_cores": load, "jobs": jobs or [], **extra}
+
+
+class Clock:
+    """Injected time, so that staleness is tested without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now

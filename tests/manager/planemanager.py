@@ -286,3 +286,35 @@ class AgentStandIn:
         assert r.status_code == 200, r.text
         out: dict[str, Any] = r.json()
         return out
+
+
+def scheduler_config(port: int, node_cache: bool) -> list[dict[str, Any]]:
+    return [{"urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter",
+             "prioritizeVerb": "prioritize", "weight": 10, "nodeCacheCapable": node_cache,
+             "ignorable": True, "httpTimeout": "5s"}]
+
+
+def train_pod(name: str, tag: str, scheduler: str, node: str | None = None) -> dict[str, Any]:
+    """A migratable training pod for the plane's KWOK nodes labelled ``specon-test: tag``."""
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler, "nodeSelector": {"specon-test": tag},
+        "terminationGracePeriodSeconds": 5,
+        "containers": [{"name": "main", "image": "train:local",
+                        "resources": {"requests": {"cpu": "100m"}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {
+        "specon.io/training": "true", "specon.io/migratable": "true"}}, "spec": spec}
+
+
+def apply(plane: Plane, ns: str, obj: dict[str, Any]) -> None:
+    plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj))
+
+
+def running_on(api: Api, ns: str, name: str) -> str | None:
+    p = api.pod(ns, name)
+    if p is None or p["status"].get("phase") != "Running" or p["metadata"].get(
+            "deletionTimestamp"):
+        return None
+    node: str = p["spec"]["nodeName"]
+    return node

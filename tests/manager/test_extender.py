@@ -10,23 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
-from managerlib import TOKENS, auth, heartbeat, job, serve
+from managerlib import TOKENS, Clock, auth, heartbeat, job, serve
 
 from specon.wire import Heartbeat
 from specon_manager.app import create_app
 from specon_manager.auth import NodeTokens
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState, Reservation
-
-
-class Clock:
-    """Injected time, so that staleness is tested without waiting."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -17,7 +17,17 @@ import httpx
 import pytest
 from managerlib import serve
 from planelib import Plane, free_port
-from planemanager import AgentStandIn, Api, JobStandIn, ManagerProcess, wait_for
+from planemanager import (
+    AgentStandIn,
+    Api,
+    JobStandIn,
+    ManagerProcess,
+    apply,
+    running_on,
+    scheduler_config,
+    wait_for,
+)
+from planemanager import train_pod as plane_train_pod
 
 from specon_manager.kube import Kube
 from specon_manager.service import build
@@ -59,12 +69,6 @@ def api(plane: Plane) -> Iterator[Api]:
     client.close()
 
 
-def scheduler_config(port: int, node_cache: bool) -> list[dict[str, Any]]:
-    return [{"urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter",
-             "prioritizeVerb": "prioritize", "weight": 10, "nodeCacheCapable": node_cache,
-             "ignorable": True, "httpTimeout": "5s"}]
-
-
 @pytest.fixture(scope="module")
 def scheduler(plane: Plane, ext_port: int) -> Iterator[None]:
     plane.run_scheduler(SCHED, extenders=scheduler_config(ext_port, True))
@@ -73,15 +77,7 @@ def scheduler(plane: Plane, ext_port: int) -> Iterator[None]:
 
 
 def train_pod(name: str, tag: str, node: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "schedulerName": SCHED, "nodeSelector": {"specon-test": tag},
-        "terminationGracePeriodSeconds": 5,
-        "containers": [{"name": "main", "image": "train:local",
-                        "resources": {"requests": {"cpu": "100m"}}}]}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {
-        "specon.io/training": "true", "specon.io/migratable": "true"}}, "spec": spec}
+    return plane_train_pod(name, tag, SCHED, node)
 
 
 def train_job(name: str, tag: str) -> dict[str, Any]:
@@ -93,10 +89,6 @@ def train_job(name: str, tag: str) -> dict[str, Any]:
                                   "spec": pod["spec"]}}}
 
 
-def apply(plane: Plane, ns: str, obj: dict[str, Any]) -> None:
-    plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj))
-
-
 def is_live(p: dict[str, Any]) -> bool:
     """Runs or may run: bound, not terminating, not ended."""
     return bool(p["spec"].get("nodeName")) and not p["metadata"].get("deletionTimestamp") and (
@@ -105,15 +97,6 @@ def is_live(p: dict[str, Any]) -> bool:
 
 def live(pods: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
     return [p for p in pods if p["metadata"]["name"].startswith(prefix) and is_live(p)]
-
-
-def running_on(api: Api, ns: str, name: str) -> str | None:
-    p = api.pod(ns, name)
-    if p is None or p["status"].get("phase") != "Running" or p["metadata"].get(
-            "deletionTimestamp"):
-        return None
-    node: str = p["spec"]["nodeName"]
-    return node
 
 
 def agents_for(url: str, tokens: dict[str, str]) -> dict[str, AgentStandIn]:

@@ -115,14 +115,6 @@ def test_events_are_posted_from_a_background_thread() -> None:
 
 
 # -- the extender ------------------------------------------------------------------------------
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def served() -> Iterator[tuple[str, ClusterState, Posted]]:
     settings = ManagerSettings(kubernetes=False, heartbeat_interval_s=10)

@@ -17,8 +17,15 @@ import httpx
 import pytest
 from managerlib import heartbeat, job
 from planelib import Plane, free_port
-from planemanager import Api, ManagerProcess, wait_for
-from test_manager_plane import apply, running_on, scheduler_config, train_pod
+from planemanager import (
+    Api,
+    ManagerProcess,
+    apply,
+    running_on,
+    scheduler_config,
+    train_pod,
+    wait_for,
+)
 
 pytestmark = pytest.mark.plane
 
@@ -77,8 +84,7 @@ class Beats:
 
 
 def qos_pod(name: str, tag: str, **annotations: str) -> dict[str, Any]:
-    pod = train_pod(name, tag)
-    pod["spec"]["schedulerName"] = SCHED
+    pod = train_pod(name, tag, SCHED)
     pod["metadata"]["annotations"] = annotations
     return pod
 
