@@ -188,6 +188,22 @@ def _solo_seconds(profile: Profile, iterations: float, scale: float) -> float:
         best_cores(profile))
 
 
+def _short(
+    seed: int, n: int, qos: Callable[[random.Random, Profile], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``n`` jobs of the shipped profiles submitted at random in [0, 300] s, each with the
+    fields ``qos`` draws for it (a target, a deadline)."""
+    rng = random.Random(seed)
+    profs = shipped_profiles()
+    names = sorted(profs)
+    jobs: list[dict[str, Any]] = []
+    for i, t in enumerate(sorted(rng.uniform(0.0, 300.0) for _ in range(n))):
+        name = rng.choice(names)
+        jobs.append({"name": f"job-{i + 1:02d}", "profile": name, "submit_s": round(t, 3),
+                     "work_scale": PAPER_WORK_SCALE, **qos(rng, profs[name])})
+    return jobs
+
+
 def targets_short(seed: int) -> Workload:
     """60 jobs in [0, 300] s on 3 workers, each with a target loss and a time budget for it.
 
@@ -196,38 +212,28 @@ def targets_short(seed: int) -> Workload:
     """
     from specon.sim.engine import milestone_iteration, smoothed
 
-    rng = random.Random(seed)
-    profs = shipped_profiles()
-    names = sorted(profs)
-    jobs: list[dict[str, Any]] = []
-    for i, t in enumerate(sorted(rng.uniform(0.0, 300.0) for _ in range(60))):
-        name = rng.choice(names)
-        prof = profs[name]
+    def target(rng: random.Random, prof: Profile) -> dict[str, Any]:
         sm = smoothed(prof.loss)
         level = sm[0] - rng.uniform(0.85, 0.97) * (sm[0] - min(sm))
         reach = milestone_iteration(prof, level) or prof.iterations
         budget = rng.uniform(1.5, 4.0) * _solo_seconds(prof, reach, PAPER_WORK_SCALE)
-        jobs.append({"name": f"job-{i + 1:02d}", "profile": name, "submit_s": round(t, 3),
-                     "work_scale": PAPER_WORK_SCALE, "target_loss": round(level, 6),
-                     "deadline_s": round(budget, 1), "stop_at_target": True})
-    return _build("60 jobs with target losses and time budgets on 3 workers", 3, jobs)
+        return {"target_loss": round(level, 6), "deadline_s": round(budget, 1),
+                "stop_at_target": True}
+
+    return _build("60 jobs with target losses and time budgets on 3 workers", 3,
+                  _short(seed, 60, target))
 
 
 def deadlines_short(seed: int) -> Workload:
     """40 jobs in [0, 300] s on 3 workers, each with a completion deadline of 2-10x its
     solo run time (resources are short: not every deadline can be met)."""
-    rng = random.Random(seed)
-    profs = shipped_profiles()
-    names = sorted(profs)
-    jobs: list[dict[str, Any]] = []
-    for i, t in enumerate(sorted(rng.uniform(0.0, 300.0) for _ in range(40))):
-        name = rng.choice(names)
-        prof = profs[name]
+
+    def deadline(rng: random.Random, prof: Profile) -> dict[str, Any]:
         solo = _solo_seconds(prof, prof.iterations, PAPER_WORK_SCALE)
-        jobs.append({"name": f"job-{i + 1:02d}", "profile": name, "submit_s": round(t, 3),
-                     "work_scale": PAPER_WORK_SCALE,
-                     "deadline_s": round(rng.uniform(2.0, 10.0) * solo, 1)})
-    return _build("40 jobs with completion deadlines on 3 workers", 3, jobs)
+        return {"deadline_s": round(rng.uniform(2.0, 10.0) * solo, 1)}
+
+    return _build("40 jobs with completion deadlines on 3 workers", 3,
+                  _short(seed, 40, deadline))
 
 
 @dataclass(frozen=True)
