@@ -153,7 +153,8 @@ def qos_limits(
             levels.append(a.laxity)
             caps.append(min(node_cpus, a.best_cores) if a.best_cores > 0 else node_cpus)
         else:
-            levels.append(ON_TRACK if a is None or a.state == "on-track" else GIVEN_UP)
+            levels.append(GIVEN_UP if a is not None and a.state in ("given-up", "reached")
+                          else ON_TRACK)
             caps.append(node_cpus)
     parts = by_priority(node_cpus, caps, levels)
     top = min((lv for n, lv in zip(names, levels, strict=True) if n in first), default=ON_TRACK)

@@ -55,6 +55,13 @@ def test_limits_by_strict_priority_when_someone_is_at_risk():
     lim = qos_limits({"a": calm, "b": None, "p": late, "g": gone}, 2.0, 0.05)
     assert lim == {"a": 0.25, "b": None, "p": 1.0, "g": 0.05}
     assert qos_limits({"p": late}, 2.0, 0.05) == {"p": None}  # alone: nothing to decide
+    # late at its current rate but not put first (fine at an equal share): it shares with the
+    # jobs on track, it is not held at the floor (found on the real engine)
+    held = assess(25.0, 0.05, 0.05, 1.0, 100.0)
+    assert held.state == "at-risk"
+    assert qos_limits({"h": held, "a": calm}, 2.0, 0.05, frozenset()) == {"h": None, "a": None}
+    lim = qos_limits({"h": held, "a": calm, "p": late, "x": None}, 2.0, 0.05, frozenset({"p"}))
+    assert lim["p"] == 1.0 and lim["h"] == lim["a"] == 1 / 6
 
 
 def test_least_laxity_first_among_jobs_at_risk():
