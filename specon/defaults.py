@@ -18,6 +18,6 @@ FLOWCON_MAX_INTERVAL_S = 480.0
 WEIGHTS = (2.0, 1.5, 1.0)
 #: Quality targets and deadlines (docs/qos.md): the lowest limit, in cores, of a job that yields
 #: to one that would miss its deadline (benchmarks/qos_floor.py: targets-short / deadlines-short
-#: met with 0.02: 35.9 / 35.7; 0.05: 34.6 / 35.7; 0.1: 32.1 / 32.5; 0.25: 25.7 / 23.6). Lower
+#: met with 0.02: 37.4 / 36.0; 0.05: 35.1 / 35.9; 0.1: 32.4 / 32.7; 0.25: 25.5 / 23.6). Lower
 #: all but stops the jobs that yield for little more; 0.05 keeps them at a twentieth of a core.
 QOS_FLOOR_CORES = 0.05
