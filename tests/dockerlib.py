@@ -19,7 +19,7 @@ import docker.errors
 import pytest
 from docker.models.containers import Container
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LABEL = {"org.specon.test": "docker"}
 #: Options for every test container: labelled for clean-up, and no network (none is needed, and
 #: the tests then run on an engine started without a bridge too).
@@ -40,7 +40,8 @@ def engine() -> Iterator[docker.DockerClient]:
     except docker.errors.DockerException as exc:
         pytest.fail(f"no Docker Engine answers ({exc}); hack/test.sh starts one (20-docker.sh)")
     yield client
-    # Whatever a failed test left behind.
+    # Whatever a failed test left behind (every test container carries the org.specon.test
+    # label: "docker" here, "images" for tests/deploy/test_images.py).
     for container in client.containers.list(all=True, filters={"label": "org.specon.test"}):
         container.remove(force=True)
     client.close()

@@ -13,7 +13,6 @@ import sys
 import time
 import tomllib
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,36 +23,6 @@ from planelib import free_port
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 LABEL = {"org.specon.test": "images"}
-
-
-@pytest.fixture(scope="session")
-def engine() -> Iterator[Any]:
-    import docker
-
-    if os.environ.get("SPECON_SKIP_DOCKER") == "1":
-        pytest.skip("SPECON_SKIP_DOCKER=1")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"no Docker Engine answers ({exc}); hack/test.sh starts one (20-docker.sh)")
-    yield client
-    for c in client.containers.list(all=True, filters={"label": "org.specon.test=images"}):
-        c.remove(force=True)
-    client.close()
-
-
-@pytest.fixture(scope="session")
-def base_image(engine: Any) -> str:
-    import docker
-
-    name = os.environ.get("SPECON_BASE_IMAGE") or (
-        "specon-base:" + (ROOT / "hack/images/base-tag").read_text().strip())
-    try:
-        engine.images.get(name)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {name} missing: run hack/images/build-base.sh")
-    return name
 
 
 def _pip(*args: str) -> None:
