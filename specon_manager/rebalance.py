@@ -18,7 +18,7 @@ from typing import Any
 from specon.core.categorize import Category
 from specon.core.qos_sched import migration_hold, plan_rebalance_by_slack
 from specon.core.rebalance import Move, PlacedJob
-from specon.wire import LABEL_MIGRATABLE
+from specon.wire import LABEL_MIGRATABLE, JobReport
 from specon_manager.kube import Kube, annotations_of, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import (
@@ -28,7 +28,7 @@ from specon_manager.migration import (
     why_not_movable,
 )
 from specon_manager.settings import ManagerSettings
-from specon_manager.state import ClusterState, pod_key
+from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, pod_key
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,29 @@ class Rebalancer:
         self.metrics = metrics
         self.clock = clock
         self._converged_since: dict[str, float] = {}
+
+    def _settling(self, reported: list[tuple[str, JobReport]], pods: dict[str, dict[str, Any]],
+                  now: float) -> bool:
+        """The heartbeats do not show the cluster as the API does yet: a reported migratable job
+        whose pod is gone (moved or ended), or a recent migration's replacement that no
+        heartbeat reports. Planning on that view would see the old layout and move a second
+        job onto the worker the first one just reached; wait a round instead."""
+        keys = {pod_key(j.namespace, j.pod) for _, j in reported}
+        for _, j in reported:
+            if j.checkpointable and pod_key(j.namespace, j.pod) not in pods:
+                log.debug("rebalance: %s/%s is reported but gone; waiting", j.namespace, j.pod)
+                return True
+        window = self.settings.heartbeat_interval_s * self.settings.stale_after_intervals
+        for key, pod in pods.items():
+            marks = annotations_of(pod)
+            try:
+                recent = now - float(marks.get(A_MIGRATED_AT, "-inf")) < window
+            except ValueError:
+                recent = False
+            if ANNOTATION_MIGRATION_ID in marks and recent and key not in keys:
+                log.debug("rebalance: replacement %s not reported yet; waiting", key)
+                return True
+        return False
 
     def run_once(self) -> list[Move]:
         """One round; returns the moves that were started."""
@@ -70,6 +93,8 @@ class Rebalancer:
         if any(controller_ref(p) for p in pods.values()):
             jobs = {f"{meta(j)['namespace']}/{meta(j)['name']}": j
                     for j in self.kube.list("/apis/batch/v1/jobs")}
+        if self._settling(reported, pods, now):
+            return []
         placed: list[PlacedJob] = []
         slack: dict[str, float] = {}
         for node, j in reported:

@@ -631,7 +631,9 @@ def test_rebalancing_moves_a_converged_job_onto_the_idle_node(
     assert rep is not None and rep["metadata"]["annotations"].get("specon.io/rebalanced")
     assert len(live(api.pods(ns), "r")) == 2
     metrics = httpx.get(f"{manager.url}/metrics").text
-    assert 'specon_rebalance_moves_total{outcome="started"} 1.0' in metrics
+    moves = [ln for ln in metrics.splitlines() if ln.startswith("specon_rebalance_moves_total")]
+    assert 'specon_rebalance_moves_total{outcome="started"} 1.0' in moves, (
+        moves, manager.tail(40))
 
 
 def test_two_replicas_elect_one_leader_and_the_standby_finishes_its_migration(
