@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from specon.core.categorize import Category
-from specon.core.qos_sched import migration_hold, plan_rebalance_by_slack
-from specon.core.rebalance import Move, PlacedJob
+from specon.core.qos_sched import migration_hold
+from specon.core.rebalance import Move, PlacedJob, plan_rebalance
 from specon.wire import LABEL_MIGRATABLE, JobReport
 from specon_manager.kube import Kube, annotations_of, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics
@@ -119,7 +119,7 @@ class Rebalancer:
                 slack[key] = j.slack_s
             placed.append(PlacedJob(key, node, at, bool(marks.get(A_REBALANCED)), movable))
         # Among the candidates, the job with the most slack moves first (no deadline: infinite).
-        moves = plan_rebalance_by_slack(placed, slack, workers, now, self.settings.min_balance)
+        moves = plan_rebalance(placed, workers, now, self.settings.min_balance, slack=slack)
         started: list[Move] = []
         for mv in moves:
             reply = self.controller.start(pods[mv.job], reason="rebalance", target=mv.target)

@@ -9,17 +9,14 @@ decided exactly as before:
   so a node with fewer at-risk jobs always wins and free CPU decides among equals.
 - **Staying** (:func:`migration_hold`): a job reported at-risk, or whose slack is smaller than
   a migration's expected cost, is not moved: the move would make it late.
-- **Choosing whom to rebalance** (:func:`plan_rebalance_by_slack`): among the candidates,
-  Algorithm 5 moves the job with the most slack first (no deadline: infinite slack).
+- **Choosing whom to rebalance**: :func:`specon.core.rebalance.plan_rebalance` takes the jobs'
+  slack and moves the candidate with the most slack first (no deadline: infinite slack).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from specon.core.rebalance import Move, PlacedJob, plan_rebalance
 
 #: What each at-risk job on a node costs it, in units of the free-CPU range (0..1): more than
 #: 1, so that no amount of free CPU makes up for an at-risk job.
@@ -75,21 +72,3 @@ def migration_hold(qos: str, slack_s: float | None, cost_s: float) -> str | None
         return (f"the job's slack ({slack_s:.0f} s) is less than a migration's expected cost "
                 f"({cost_s:.0f} s)")
     return None
-
-
-def slack_of(slack_s: float | None) -> float:
-    """A job's slack for ordering: no deadline (None) is infinite slack."""
-    return math.inf if slack_s is None else slack_s
-
-
-def plan_rebalance_by_slack(
-    jobs: Sequence[PlacedJob],
-    slack: Mapping[str, float],
-    workers: Sequence[str],
-    now: float,
-    min_balance: int = 1,
-) -> tuple[Move, ...]:
-    """Algorithm 5 (:func:`plan_rebalance`), choosing among its candidates the job with the most
-    slack first (``slack``: job name -> seconds; a missing name is infinite slack), then as
-    Algorithm 5 does (the most recently converged)."""
-    return plan_rebalance(jobs, workers, now, min_balance, slack=slack)

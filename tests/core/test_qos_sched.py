@@ -10,10 +10,8 @@ from specon.core.qos_sched import (
     AT_RISK_PENALTY,
     NodeQos,
     migration_hold,
-    plan_rebalance_by_slack,
     qos_placement_scores,
     qos_value,
-    slack_of,
 )
 from specon.core.rebalance import Move, PlacedJob, plan_rebalance
 
@@ -78,7 +76,6 @@ def test_at_risk_jobs_and_jobs_short_of_slack_stay() -> None:
 
 def test_jobs_without_qos_are_never_held() -> None:
     assert migration_hold("none", None, 120) is None
-    assert slack_of(None) == math.inf and slack_of(-5.0) == -5.0
 
 
 # -- choosing whom to rebalance ----------------------------------------------------------------
@@ -90,23 +87,23 @@ def _jobs() -> list[PlacedJob]:
 
 def test_without_slack_it_is_algorithm_5_itself() -> None:
     w = ["w0", "w1", "w2"]
-    assert plan_rebalance_by_slack(_jobs(), {}, w, 300.0) == plan_rebalance(_jobs(), w, 300.0)
+    assert plan_rebalance(_jobs(), w, 300.0, slack={}) == plan_rebalance(_jobs(), w, 300.0)
     # the most recently converged job (b) moves
-    assert plan_rebalance_by_slack(_jobs(), {}, w, 300.0) == (Move("b", "w0", "w2"),)
+    assert plan_rebalance(_jobs(), w, 300.0, slack={}) == (Move("b", "w0", "w2"),)
 
 
 def test_the_job_with_the_most_slack_moves_first() -> None:
     w = ["w0", "w1", "w2"]
-    moves = plan_rebalance_by_slack(_jobs(), {"a": 5000.0, "b": 300.0}, w, 300.0)
+    moves = plan_rebalance(_jobs(), w, 300.0, slack={"a": 5000.0, "b": 300.0})
     # c has no deadline (infinite slack): it goes before a (5000 s) and b (300 s)
     assert moves == (Move("c", "w0", "w2"),)
-    moves = plan_rebalance_by_slack(_jobs(), {"a": 5000.0, "b": 300.0, "c": 400.0}, w, 300.0)
+    moves = plan_rebalance(_jobs(), w, 300.0, slack={"a": 5000.0, "b": 300.0, "c": 400.0})
     assert moves == (Move("a", "w0", "w2"),)
 
 
 def test_equal_slack_falls_back_to_algorithm_5s_order() -> None:
     w = ["w0", "w1", "w2"]
-    moves = plan_rebalance_by_slack(_jobs(), {"a": 900.0, "b": 900.0, "c": 900.0}, w, 300.0)
+    moves = plan_rebalance(_jobs(), w, 300.0, slack={"a": 900.0, "b": 900.0, "c": 900.0})
     assert moves == (Move("b", "w0", "w2"),)
 
 
@@ -114,11 +111,11 @@ def test_slack_never_changes_the_rules_of_algorithm_5() -> None:
     w = ["w0", "w1", "w2"]
     # a job not yet converged: no round at all
     jobs = [*_jobs(), PlacedJob("e", "w1", None)]
-    assert plan_rebalance_by_slack(jobs, {"a": 1.0}, w, 300.0) == ()
+    assert plan_rebalance(jobs, w, 300.0, slack={"a": 1.0}) == ()
     # immovable and already rebalanced jobs stay whatever their slack
     jobs = [PlacedJob("a", "w0", 100.0, movable=False), PlacedJob("b", "w0", 200.0,
             rebalanced=True), PlacedJob("c", "w0", 150.0), PlacedJob("d", "w1", 50.0)]
-    assert plan_rebalance_by_slack(jobs, {"c": 1.0}, w, 300.0) == (Move("c", "w0", "w2"),)
+    assert plan_rebalance(jobs, w, 300.0, slack={"c": 1.0}) == (Move("c", "w0", "w2"),)
     # the same as Algorithm 5 written out with the slack first in its pick
     rng = random.Random(3)
     for _ in range(300):
@@ -127,7 +124,7 @@ def test_slack_never_changes_the_rules_of_algorithm_5() -> None:
                           rebalanced=rng.random() < 0.2, movable=rng.random() < 0.8)
                 for i in range(n)]
         slack = {j.name: float(rng.randint(-100, 5000)) for j in jobs if rng.random() < 0.6}
-        assert plan_rebalance_by_slack(jobs, slack, w, 100.0) == _reference(jobs, slack, w,
+        assert plan_rebalance(jobs, w, 100.0, slack=slack) == _reference(jobs, slack, w,
                                                                              100.0)
 
 
