@@ -103,6 +103,24 @@ def parse(annotations: Mapping[str, str], created: datetime) -> QosSpec:
                    total_steps=steps)
 
 
+def read(
+    stated: Mapping[str, str], created: datetime | None
+) -> tuple[QosSpec | None, str | None]:
+    """What a pod's annotations (or a container's labels) state, for the agent and the manager
+    alike: ``(None, None)`` when they state nothing; ``(None, why)`` when malformed, or when
+    the creation time a deadline counts from is unknown; a spec that states neither a target
+    nor a deadline (``total-steps`` alone) is no spec."""
+    if not any(k in stated for k in ANNOTATIONS):
+        return None, None
+    if created is None:
+        return None, "creation time unknown: quality annotations ignored"
+    try:
+        spec = parse(stated, created)
+    except QosError as exc:
+        return None, str(exc)
+    return (None if spec.empty else spec), None
+
+
 _STAMP = re.compile(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from specon.qos import ANNOTATIONS, QosError, QosSpec, parse, parse_timestamp
+from specon.qos import QosSpec, parse_timestamp, read
 
 from .actuators.base import bare_id
 from .tail import newest_cri_log
@@ -131,15 +131,8 @@ def read_qos(
 ) -> tuple[QosSpec | None, str | None, float | None]:
     """(spec, error, creation time) from a pod's annotations or a container's labels."""
     when = parse_timestamp(created)
-    if not any(k in stated for k in ANNOTATIONS):
-        return None, None, when.timestamp() if when else None
-    if when is None:
-        return None, f"creation time {created!r} unreadable: quality annotations ignored", None
-    try:
-        spec = parse(stated, when)
-    except QosError as exc:
-        return None, str(exc), when.timestamp()
-    return (None if spec.empty else spec), None, when.timestamp()
+    spec, problem = read(stated, when)
+    return spec, problem, when.timestamp() if when else None
 
 
 def host_path(path: str, mounts: Iterable[Mapping[str, Any]]) -> Path | None:

@@ -128,7 +128,7 @@ def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_nam
         return [{"Host": n, "Score": MAX_PRIORITY if n == res.target else 0} for n in names]
     spec = qos.observe(pod) if qos is not None else None
     scores: Mapping[str, int]
-    if spec is not None and not spec.empty:
+    if spec is not None:
         scores = qos_placement_scores(state.qos_views(names), MAX_PRIORITY)
     else:
         scores = placement_scores(state.views(names), state.weights, MAX_PRIORITY)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from specon.qos import ANNOTATIONS, QosError, QosSpec, parse, parse_timestamp
+from specon.qos import ANNOTATIONS, QosSpec, parse_timestamp, read
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ class QosBook:
         self._lock = threading.Lock()
 
     def observe(self, pod: Mapping[str, Any]) -> QosSpec | None:
-        """The pod's spec (None: no QoS annotation, or malformed ones); the first sight of a
-        malformed one posts the event."""
+        """The pod's spec (None: none stated, malformed, or neither a target nor a deadline);
+        the first sight of a malformed one posts the event."""
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         if not isinstance(annotations, Mapping) or not any(a in annotations for a in ANNOTATIONS):
@@ -58,12 +58,7 @@ class QosBook:
             if uid in self._specs:
                 self._specs.move_to_end(uid)
                 return self._specs[uid]
-        spec: QosSpec | None
-        error = ""
-        try:
-            spec = parse({k: str(v) for k, v in annotations.items()}, _created(meta, self.now))
-        except QosError as exc:
-            spec, error = None, str(exc)
+        spec, error = read({k: str(v) for k, v in annotations.items()}, _created(meta, self.now))
         with self._lock:
             first = uid not in self._specs
             self._specs[uid] = spec
