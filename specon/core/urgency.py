@@ -50,12 +50,13 @@ def urgency(
 GIVE = 0.75
 #: A job is put first only if it needs more than this share of an equal share of the node.
 SHARE = 0.75
+
+
 @dataclass(frozen=True, slots=True)
 class Assessment:
     """Where one job with a target or a deadline stands (the agent's view, reported)."""
 
     state: str  # "on-track", "at-risk", "given-up" or "reached"
-    level: int  # :func:`urgency`, lower first
     #: Seconds to the goal (the target, else the end) at the current rate; None: unknown.
     predicted_s: float | None = None
     slack_s: float | None = None  # time left minus predicted_s (None: no deadline or unknown)
@@ -81,22 +82,22 @@ def assess(
     steps/s measured while the job used ``cores_now`` cores; ``best_cores``: the most it could
     use; ``time_left``: seconds to its deadline (inf: none)."""
     if reached:
-        return Assessment("reached", GIVEN_UP, 0.0, None, 0.0, best_cores)
+        return Assessment("reached", 0.0, None, 0.0, best_cores)
     per_core = rate_now / cores_now if rate_now > 0 and cores_now > 0 else 0.0
     if steps_left is None or per_core <= 0:
-        return Assessment("on-track", ON_TRACK, best_cores=best_cores)
+        return Assessment("on-track", best_cores=best_cores)
     if math.isinf(steps_left):
-        return Assessment("given-up", GIVEN_UP, best_cores=best_cores)
+        return Assessment("given-up", best_cores=best_cores)
     rate_best = per_core * best_cores
     level = urgency(steps_left, rate_now, rate_best, time_left)
     predicted = steps_left / rate_now
     if math.isinf(time_left):
-        return Assessment("on-track", level, predicted, best_cores=best_cores)
+        return Assessment("on-track", predicted, best_cores=best_cores)
     slack = time_left - predicted
     need = steps_left / max(give * time_left, 1e-9) / per_core
     state = "on-track" if level == ON_TRACK else "given-up" if level >= GIVEN_UP else "at-risk"
     laxity = max(0, min(ON_TRACK - 1, int(time_left - steps_left / max(rate_best, 1e-12))))
-    return Assessment(state, level, predicted, slack, need, best_cores, laxity)
+    return Assessment(state, predicted, slack, need, best_cores, laxity)
 
 
 def prioritised(
