@@ -7,7 +7,7 @@ rejected with a message that names the field. Limits are fractions of the node's
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +26,8 @@ NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 QosState = Literal["none", "on-track", "at-risk", "given-up", "reached"]
+#: Every QosState, in order.
+QOS_STATES: tuple[str, ...] = get_args(QosState)
 
 
 class _Wire(BaseModel):

@@ -14,12 +14,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowList
+from specon.wire import QOS_STATES as WIRE_QOS_STATES
 
 #: The labels of every per-job series, in order.
 JOB_LABELS = ("namespace", "pod", "container")
 JobKey = tuple[str, str, str]
 
-QOS_STATES = ("on-track", "at-risk", "given-up", "reached")
+#: The states of a job that states a target or deadline (all of specon.wire's but "none").
+QOS_STATES = tuple(s for s in WIRE_QOS_STATES if s != "none")
 BOUNDS = ("estimate", "low", "high")
 _LOOP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 

@@ -49,7 +49,6 @@ class JobQos:
     stop_asked: bool = False
     assessment: Assessment | None = None
     prediction: Prediction | None = None
-    cores: float = 0.0
     peak_cores: float = 0.0  # the most it was seen using over a window
 
     def best_cores(self, node_cpus: float) -> float:
@@ -102,8 +101,7 @@ class JobQos:
     def judge(self, now: float, best_cores: float) -> Assessment:
         """Predict and assess (also kept in ``prediction`` and ``assessment``)."""
         rate, cores = self.rate()
-        self.cores = cores or 0.0
-        self.peak_cores = max(self.peak_cores, self.cores)
+        self.peak_cores = max(self.peak_cores, cores or 0.0)
         spec = self.spec
         total = None if spec.total_steps is None or self.counted else float(spec.total_steps)
         fit = fit_curve([p[0] for p in self.points], [p[1] for p in self.points]) \

@@ -7,17 +7,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, get_args
+from typing import Any
 
 from specon.core.categorize import Category
 from specon.core.qos_sched import NodeQos
 from specon.core.scoring import Weights, WorkerView
-from specon.wire import LABEL_TRAINING, CheckpointRequest, Heartbeat, JobReport, QosState
+from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
 ANNOTATION_MIGRATION_ID = "specon.io/migration-id"
-#: A job's QoS states as heartbeats report them (specon.wire.QosState).
-QOS_STATES: tuple[str, ...] = get_args(QosState)
 
 
 def pod_key(namespace: str, name: str) -> str:
