@@ -217,6 +217,11 @@ def simulate(
     if jobs:
         console.print(_jobs_table(mx))
     console.print(_summary_table(mx))
+    if target not in EXPERIMENTS and len(seed_list) > 1:
+        console.print(f"note: {target} is the same workload for every seed; the seeds change "
+                      "only random tie-breaks (the default scheduler's among equally loaded "
+                      "workers), so the ± intervals measure that noise, not other workloads. "
+                      "For that, run benchmarks/suite.py or `specon generate` several files.")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "result.json").write_text(json.dumps(mx.to_json(include_timelines=plots)))
     written = [out_dir / "result.json"]
@@ -228,6 +233,58 @@ def simulate(
     console.print(f"wrote {len(written)} files to {out_dir}/ (result.json"
                   + (", summary.png, completion.png, cpu-share-*.png, jobs-per-worker-*.png)"
                      if plots else ")"))
+
+
+def _range(flag: str, text: str, integer: bool) -> tuple[float, float]:
+    try:
+        lo_s, _, hi_s = text.partition("-") if not text.startswith("-") else ("", "", "")
+        lo = float(lo_s)
+        hi = float(hi_s) if hi_s else lo
+        if integer and (lo != int(lo) or hi != int(hi)):
+            raise ValueError
+    except ValueError:
+        kind = "whole numbers" if integer else "numbers"
+        raise UsageError(f"{flag}: {text!r} is not a range of {kind} like 3-16") from None
+    return lo, hi
+
+
+@app.command()
+def generate(
+    seed: Annotated[int, typer.Argument(help="The workload's seed (one seed, one workload).")],
+    out: Annotated[Path | None, typer.Option(help="Write here (default: standard output).")
+                   ] = None,
+    workers: Annotated[str, typer.Option(help="Workers per cluster, a range.")] = "3-16",
+    cpus: Annotated[str, typer.Option(help="CPUs per worker, a range (2, 4, 8, 16, 32 "
+                                      "within it).")] = "2-32",
+    speed: Annotated[str, typer.Option(help="Per-core speed of a worker, a range.")
+                     ] = "0.5-2",
+    jobs: Annotated[str, typer.Option(help="Jobs per workload, a range.")] = "15-60",
+    minutes: Annotated[str, typer.Option(help="One-core run time of a job, minutes.")
+                       ] = "2-60",
+    load: Annotated[str, typer.Option(help="Offered load: one-core work over the cluster's "
+                                      "capacity during the arrivals.")] = "0.4-2",
+) -> None:
+    """Write a random workload (the suite's generator, docs/experiments.md)."""
+    from specon.sim.experiments import shipped_profiles
+    from specon.sim.generate import Shape
+    from specon.sim.generate import generate as make
+
+    ranges = {
+        "workers": _range("--workers", workers, True), "cpus": _range("--cpus", cpus, True),
+        "speed": _range("--speed", speed, False), "jobs": _range("--jobs", jobs, True),
+        "minutes": _range("--minutes", minutes, False), "load": _range("--load", load, False),
+    }
+    try:
+        shape = Shape(**{k: (int(v[0]), int(v[1])) if k in ("workers", "cpus", "jobs") else v
+                         for k, v in ranges.items()})  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise UsageError(f"--{str(exc).split(':')[0]}: {str(exc).split(': ', 1)[-1]}") from None
+    text = json.dumps(make(seed, shipped_profiles(), shape), indent=1)
+    if out is None:
+        print(text)
+    else:
+        out.write_text(text + "\n")
+        err.print(f"wrote {out}")
 
 
 @app.command()

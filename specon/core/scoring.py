@@ -1,7 +1,9 @@
 """SpeCon Algorithm 4: worker scores and the choice of a host.
 
-S = |PC|*w_pc + |WC|*w_wc + |CC|*w_cc; the candidates are the workers with the minimum score,
-ties broken by current CPU load (then by name, so that a decision is reproducible). A worker
+S = |PC|*w_pc + |WC|*w_wc + |CC|*w_cc, divided by the worker's capacity (CPUs x per-core
+speed; 1 when unknown, which is the research's homogeneous case): a worker with twice the
+CPUs takes twice the jobs. The candidates are the workers with the minimum score, ties broken
+by current CPU load (then by name, so that a decision is reproducible). A worker
 whose state is unknown (stale heartbeat) or that cannot fit the job is never a candidate:
 unknown is not idle.
 
@@ -47,13 +49,18 @@ class WorkerView:
     converged: int = 0
     load: float = 0.0  # CPU in use, as a fraction of the worker
     available: bool = True  # False: stale, cordoned, or cannot fit the job
+    capacity: float = 1.0  # CPUs x per-core speed, in any unit shared by all workers
+
+    def __post_init__(self) -> None:
+        if not self.capacity > 0:
+            raise ValueError(f"worker {self.name!r}: capacity must be > 0")
 
     def score(self, weights: Weights) -> float:
         return (
             self.progressing * weights.progressing
             + self.watching * weights.watching
             + self.converged * weights.converged
-        )
+        ) / self.capacity
 
     def without(self, category: Category) -> WorkerView:
         pc, wc, cc = self.progressing, self.watching, self.converged
@@ -63,7 +70,7 @@ class WorkerView:
             wc = max(0, wc - 1)
         else:
             cc = max(0, cc - 1)
-        return WorkerView(self.name, pc, wc, cc, self.load, self.available)
+        return WorkerView(self.name, pc, wc, cc, self.load, self.available, self.capacity)
 
 
 @dataclass(frozen=True, slots=True)

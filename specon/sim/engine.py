@@ -25,8 +25,17 @@ from specon.core.categorize import Category, JobState, categorize
 from specon.core.flowcon import FlowConParams, FlowConState
 from specon.core.growth import Growth, LossTrack
 from specon.core.predict import fit_curve
+from specon.core.progress import (
+    JobLoad,
+    NodeLoad,
+    choose_node,
+    node_shares,
+    plan_moves,
+    threads_for,
+)
 from specon.core.rebalance import PlacedJob, plan_rebalance
 from specon.core.scoring import WorkerView, choose_host
+from specon.core.speedup import Curve, interference, thread_speed
 from specon.core.urgency import (
     GIVEN_UP,
     ON_TRACK,
@@ -41,8 +50,11 @@ from specon.sim.model import JobResult, Policy, RunResult, SimConfig
 from specon.workload.models import JobSpec, Profile, Workload
 
 ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
+#: Where a job that stops at its target is expected to stop before its curve can be fitted
+#: (as a share of its declared steps: most of a loss's fall comes early, docs/mission).
+TARGET_PRIOR = 0.3
 #: Sharing modes that re-divide the CPU at every interval.
-TICKED_SHARES = ("las", "slaq", "dqoes", "deadline", "agent-qos")
+TICKED_SHARES = ("las", "slaq", "dqoes", "deadline", "agent-qos", "progress")
 
 
 def smoothed(loss: Sequence[float], window: int = 5) -> list[float]:
@@ -90,6 +102,8 @@ class _Job:
         "cat",
         "cat_probe",
         "cores",
+        "cost_seen",
+        "curve",
         "done",
         "end_iter",
         "flow",
@@ -103,6 +117,9 @@ class _Job:
         "result",
         "spec",
         "state",
+        "target_fit",
+        "threads",
+        "total_known",
         "version",
         "worker",
     )
@@ -111,7 +128,18 @@ class _Job:
         self.spec = spec
         self.profile = profile
         self.iter_cost = profile.cpu_seconds_per_iteration * spec.work_scale
-        self.max_cores = spec.cores if spec.cores is not None else profile.max_cores
+        self.curve = Curve.of([(float(k), v) for k, v in profile.speedup.items()])
+        #: The most cores the job can use (its thread count when it was told one).
+        self.max_cores = min(spec.cores, profile.max_cores) if spec.cores is not None else \
+            profile.max_cores
+        #: Threads it runs now: set when it starts on a worker (docs/node-model.md).
+        self.threads = self.max_cores
+        #: What a policy can know of it: its step cost as measured (with an error), and
+        #: whether it declares its total steps.
+        self.cost_seen = self.iter_cost
+        self.total_known = True
+        #: (log lines seen, predicted step of its target) for a job that stops at its target
+        self.target_fit: tuple[int, float | None] = (-1, None)
         self.done = 0.0
         self.rate = 0.0
         self.cores = 0.0
@@ -205,7 +233,11 @@ class Simulator:
                 if it is not None:
                     ms.append((it, "target"))
             ms.sort()
-            self.jobs[spec.name] = _Job(spec, prof, ms)
+            job = _Job(spec, prof, ms)
+            know = random.Random(f"{seed}:{spec.name}")
+            job.cost_seen = job.iter_cost * (1.0 + self.cfg.cost_error * know.uniform(-1, 1))
+            job.total_known = know.random() >= self.cfg.unknown_total_share
+            self.jobs[spec.name] = job
         self.heap: list[tuple[float, int, int, str, int]] = []
         self.seq = 0
         self.now = 0.0
@@ -290,7 +322,8 @@ class Simulator:
         """Divide the worker's CPU among its jobs and reschedule their completions."""
         self._view_cache.pop(w.name, None)
         jobs = list(w.jobs.values())
-        caps = [min(j.max_cores, w.flow.limits.get(j.spec.name, 1.0) * w.cpus) for j in jobs]
+        caps = [min(self._demand(j), w.flow.limits.get(j.spec.name, 1.0) * w.cpus)
+                for j in jobs]
         if self.policy.share == "las":
             th = self.cfg.las_thresholds
             levels = [sum(1 for x in th if j.attained >= x) for j in jobs]
@@ -299,6 +332,17 @@ class Simulator:
             cores = by_priority(w.cpus, caps, [self._qos_level(j, w) for j in jobs])
         elif self.policy.share == "agent-qos":
             cores = waterfill(w.cpus, self._agent_qos_caps(w, jobs, caps), [1.0] * len(jobs))
+        elif self.policy.share == "progress":
+            shares = node_shares(w.cpus, [self._load(j, w) for j in jobs], self.cfg.weights,
+                                 fair=self.cfg.fair_share)
+            cores = waterfill(w.cpus, [min(c, shares[j.spec.name]) for j, c in
+                                       zip(jobs, self._hinted_caps(w, jobs), strict=True)],
+                              [1.0] * len(jobs))
+            if self.policy.thread_hint:
+                for j in jobs:
+                    if self._hints(j):
+                        j.threads = threads_for(j.curve, shares[j.spec.name],
+                                                min(w.cpus, j.curve.max_cores))
         elif self.policy.share == "slaq":
             value = [self._slaq_value(j) for j in jobs]
             cores = greedy_marginal(
@@ -306,11 +350,10 @@ class Simulator:
             )
         else:
             cores = waterfill(w.cpus, caps, [1.0] * len(jobs))
-        total = 0.0
+        total = sum(cores)
         for job, c in zip(jobs, cores, strict=True):
             job.cores = c
-            job.rate = job.profile.speed(c) * w.speed / job.iter_cost
-            total += c
+            job.rate = self._speed(job, w, c, total - c) / job.iter_cost
             job.version += 1
             if job.rate > 0:
                 left = max(0.0, job.end_iter - job.done)
@@ -318,6 +361,57 @@ class Simulator:
             if self.cfg.record_timeline:
                 self.shares.setdefault(job.spec.name, []).append((self.now, w.name, c))
         self._record(self.cpu[w.name], total)
+
+    def _hints(self, job: _Job) -> bool:
+        """Jobs that use the SDK (the checkpointable ones) follow the thread hint."""
+        return self.policy.thread_hint and job.spec.migratable
+
+    def _hinted_caps(self, w: _Worker, jobs: list[_Job]) -> list[float]:
+        """What each job could use: with the hint, as many threads as the worker has."""
+        return [min(w.cpus, j.curve.max_cores) if self._hints(j) else self._demand(j)
+                for j in jobs]
+
+    def _work_left(self, job: _Job) -> float:
+        """Seconds of work left on one speed-1 core, as the policy can know it: from the
+        declared total steps, or, without one, as much again as done so far."""
+        if job.total_known:
+            steps = max(0.0, job.profile.iterations - job.done)
+        else:
+            steps = max(job.done, 0.1 * job.profile.iterations)
+        if job.spec.stop_at_target and job.spec.target_loss is not None:
+            k = job.logged()
+            if job.target_fit[0] != k:  # refit only when the log has grown
+                left = self._steps_to_target(job)
+                job.target_fit = (k, None if left is None else job.done + left)
+            at = job.target_fit[1]
+            if at is None:  # no fit yet: most of a loss's fall comes in its first 30%
+                at = TARGET_PRIOR * job.profile.iterations
+            steps = min(steps, max(0.0, at - job.done))
+        return steps * job.cost_seen
+
+    def _load(self, job: _Job, w: _Worker) -> JobLoad:
+        cap = (min(w.cpus, job.curve.max_cores) if self._hints(job)
+               else min(self._demand_on(job, w), w.cpus))
+        return JobLoad(job.spec.name, self._work_left(job), job.curve, cap, job.cat.category)
+
+    def _demand_on(self, job: _Job, w: _Worker) -> float:
+        told = job.spec.cores
+        return min(told if told is not None else w.cpus, job.curve.max_cores)
+
+    def _node(self, w: _Worker, extra: Sequence[_Job] = ()) -> NodeLoad:
+        jobs = [self._load(j, w) for j in (*w.jobs.values(), *extra)]
+        return NodeLoad(w.name, w.cpus, w.speed, tuple(jobs))
+
+    def _demand(self, job: _Job) -> float:
+        """Cores the job's threads can keep busy (it cannot use more than its table's keys)."""
+        return min(job.threads, job.curve.max_cores)
+
+    def _speed(self, job: _Job, w: _Worker, cores: float, others: float) -> float:
+        """Iterations' speed factor on ``w`` (docs/node-model.md): the job's threads on the
+        cores it gets, the worker's per-core speed, and interference from the other jobs."""
+        cfg = self.cfg
+        return (thread_speed(job.curve, job.threads, cores, cfg.oversubscription_penalty)
+                * w.speed * interference(w.cpus, cores, others, cfg.interference))
 
     def _qos_level(self, job: _Job, w: _Worker) -> int:
         """The job's urgency (specon.core.urgency): to its target loss, predicted from its
@@ -398,8 +492,19 @@ class Simulator:
             series.append((self.now, n))
 
     # -- listener: arrivals and departures ------------------------------------------------------
+    def _fits(self, job: _Job) -> list[_Worker]:
+        """Workers that can hold the job: a job told its thread count needs that many CPUs; one
+        that takes the cores it sees (as PyTorch does) runs anywhere."""
+        if job.spec.cores is None:
+            return list(self.workers.values())
+        return [w for w in self.workers.values() if w.cpus >= job.max_cores]
+
     def _place(self, job: _Job) -> str:
-        fits = [w for w in self.workers.values() if w.cpus >= job.max_cores]
+        fits = self._fits(job)
+        if self.policy.placement == "progress":
+            nodes = [self._node(w, [self.jobs[n] for n in w.reserved]) for w in fits]
+            return choose_node(nodes, self._load(job, fits[0]) if len(fits) == 1 else
+                               self._placement_load(job), self.cfg.weights) or fits[0].name
         if self.policy.placement == "specon":
             views = self._views(fits)
             return choose_host(views, self.cfg.weights).target or fits[0].name
@@ -410,6 +515,13 @@ class Simulator:
         best = min(requested(w) for w in fits)
         ties = [w.name for w in fits if requested(w) <= best + 1e-12]
         return ties[0] if len(ties) == 1 else self.rng.choice(sorted(ties))
+
+    def _placement_load(self, job: _Job) -> JobLoad:
+        """A new job as placement sees it (its cap depends on the worker: the largest)."""
+        biggest = max(w.cpus for w in self._fits(job))
+        cap = min(biggest, job.curve.max_cores) if self._hints(job) else min(
+            self._demand_on(job, max(self._fits(job), key=lambda w: w.cpus)), biggest)
+        return JobLoad(job.spec.name, self._work_left(job), job.curve, cap, job.cat.category)
 
     def _views(self, workers: Sequence[_Worker]) -> list[WorkerView]:
         views = []
@@ -428,7 +540,7 @@ class Simulator:
                     cc += 1
             cc += len(w.reserved)
             used = self.cpu[w.name][-1][1] / w.cpus
-            view = WorkerView(w.name, pc, wc, cc, used)
+            view = WorkerView(w.name, pc, wc, cc, used, capacity=w.cpus * w.speed)
             self._view_cache[w.name] = view
             views.append(view)
         return views
@@ -443,6 +555,10 @@ class Simulator:
         self._advance(w)
         job.state = "running"
         job.worker = w.name
+        # Threads are fixed when the process starts: the count it was told, or the cores it
+        # sees on this worker (PyTorch's default), at most what its table says it can use.
+        told = job.spec.cores
+        job.threads = min(told if told is not None else w.cpus, job.curve.max_cores)
         w.jobs[job.spec.name] = job
         job.flow.t = self.now
         job.flow.cpu = 0.0
@@ -525,10 +641,33 @@ class Simulator:
                 if self.policy.share == "slaq" and not self.policy.flowcon:
                     self._measure(w)
                 self._allocate(w)
-        for job in requests:
-            self._reallocate(job)
-        if self.policy.specon and self.cfg.rebalance:
-            self._rebalance()
+        if self.policy.moves == "specon":
+            for job in requests:
+                self._reallocate(job)
+            if self.cfg.rebalance:
+                self._rebalance()
+        elif self.policy.moves == "progress":
+            self._progress_moves()
+
+    def _progress_moves(self) -> None:
+        """Moves whose predicted gain beats their cost (specon.core.progress.plan_moves)."""
+        room = self.cfg.max_inflight_total - self.migrating
+        if room <= 0:
+            return
+        busy = frozenset(w.name for w in self.workers.values()
+                         if w.inflight >= self.cfg.max_inflight_per_node)
+        nodes = [self._node(w, [self.jobs[n] for n in w.reserved])
+                 for w in self.workers.values()]
+        movable = frozenset(j.spec.name for j in self.jobs.values()
+                            if j.state == "running" and j.spec.migratable)
+        cost = {j.spec.name: j.profile.checkpoint_seconds + j.profile.restore_seconds
+                + self.cfg.restart_s for j in self.jobs.values() if j.state == "running"}
+        for mv in plan_moves(nodes, cost, movable, busy, self.cfg.weights, limit=room,
+                             margin=self.cfg.move_margin):
+            job = self.jobs[mv.job]
+            src, dst = self.workers[mv.source], self.workers[mv.target]
+            if job.state == "running" and self._can_move(src, dst):
+                self._move(job, src, dst, "migrate")
 
     def _measure(self, w: _Worker) -> None:
         """Efficiency per job for SLAQ's predictions (same growth code as FlowCon)."""
@@ -553,7 +692,7 @@ class Simulator:
         src = self.workers[job.worker or ""]
         if job.cat.migrated or job.state != "running":
             return
-        fits = [w for w in self.workers.values() if w.cpus >= job.max_cores]
+        fits = self._fits(job)
         decision = choose_host(
             self._views(fits), self.cfg.weights, current_host=src.name,
             category=job.cat.category,

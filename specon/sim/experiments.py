@@ -1,10 +1,13 @@
-"""Built-in experiments: the research's settings and larger Philly-derived ones.
+"""Built-in experiments: the research's settings, larger Philly-derived ones, and multi-core
+versions of the research's settings.
 
 Each experiment is a function of the seed that builds a :class:`Workload` from the shipped
 real profiles (specon/data/profiles) and, for the Philly-derived ones, the shipped Pollux tables
-(specon/data/pollux). Scale (docs/experiments.md): the research's workers had 16 cores and its
-jobs used all of them; our profiles were measured with up to 2 cores, so the built-in clusters
-keep the research's jobs-per-worker pressure with 4-core workers.
+(specon/data/pollux). Scale (docs/experiments.md): the single-threaded originals run the six
+digits-sized example jobs with one thread each on 2-CPU workers (the research's jobs-per-worker
+pressure); the multi-core versions (``-mc``) draw from every shipped profile, the CNN and the
+Transformer included, on 16-CPU workers like the research's, each job with the threads PyTorch
+picks (the cores it sees).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from specon.workload.load import parse_workload
 from specon.workload.models import Profile, Workload
 
 WORKER_CPUS = 2.0
+#: The research's workers had two 8-core CPUs: the multi-core experiments' worker size.
+MC_WORKER_CPUS = 16.0
+#: The example jobs of the single-threaded originals (the first six shipped profiles).
+SINGLE_THREADED = ("birnn-digits", "dynrnn-synthetic", "gru-digits", "mlp-digits",
+                   "rnn-digits", "vae-digits")
 #: The research's jobs ran for minutes; ours run for 20-60 s on one core. Paper experiments
 #: scale every job's work by this factor (docs/experiments.md explains the calibration).
 PAPER_WORK_SCALE = 8.0
@@ -52,12 +60,19 @@ def best_cores(profile: Profile) -> float:
     return max(zip(xs, ys, strict=True), key=lambda p: (p[1], -p[0]))[0]
 
 
+def _names(multicore: bool) -> list[str]:
+    names = sorted(shipped_profiles())
+    return names if multicore else [n for n in names if n in SINGLE_THREADED]
+
+
 def _build(description: str, workers: int, jobs: list[dict[str, Any]],
-           cpus: float = WORKER_CPUS) -> Workload:
+           cpus: float = WORKER_CPUS, threads: float | None = 1.0) -> Workload:
+    """``threads`` None: each job takes the cores it sees (the multi-core experiments)."""
     used = sorted({j["profile"] for j in jobs})
     profs = shipped_profiles()
-    for j in jobs:
-        j.setdefault("cores", best_cores(profs[j["profile"]]))
+    if threads is not None:
+        for j in jobs:
+            j.setdefault("cores", threads)
     data = {
         "format": "specon-workload/v1",
         "description": description,
@@ -69,7 +84,7 @@ def _build(description: str, workers: int, jobs: list[dict[str, Any]],
 
 
 def _pick_vae() -> str:
-    names = sorted(shipped_profiles())
+    names = _names(False)
     vae = [n for n in names if n.startswith("vae")]
     return vae[0] if vae else names[0]
 
@@ -85,16 +100,29 @@ def vae20(seed: int) -> Workload:
     return _build("20 VAE jobs every 50 s on 4 workers", 4, jobs)
 
 
-def _mixed(n_jobs: int, horizon: float, workers: int, seed: int, label: str) -> Workload:
+def _mixed(n_jobs: int, horizon: float, workers: int, seed: int, label: str,
+           multicore: bool = False) -> Workload:
     rng = random.Random(seed)
-    names = sorted(shipped_profiles())
+    names = _names(multicore)
     times = sorted(rng.uniform(0.0, horizon) for _ in range(n_jobs))
-    jobs = [
-        {"name": f"job-{i + 1:02d}", "profile": rng.choice(names), "submit_s": round(t, 3),
-         "work_scale": PAPER_WORK_SCALE}
-        for i, t in enumerate(times)
-    ]
+    jobs = []
+    for i, t in enumerate(times):
+        name = rng.choice(names)
+        job = {"name": f"job-{i + 1:02d}", "profile": name, "submit_s": round(t, 3),
+               "work_scale": PAPER_WORK_SCALE}
+        if multicore:  # the same one-core run time as the originals, whatever the profile
+            job["work_scale"] = round(_mc_scale(shipped_profiles()[name], rng), 4)
+        jobs.append(job)
+    if multicore:
+        return _build(label, workers, jobs, cpus=MC_WORKER_CPUS, threads=None)
     return _build(label, workers, jobs)
+
+
+def _mc_scale(profile: Profile, rng: random.Random) -> float:
+    """Work scale giving a one-core run time like the originals' (8x the digits jobs: about
+    2.5-8 minutes), times 8 for the 8x larger workers' share of work per job."""
+    seconds = rng.uniform(150.0, 480.0) * 8.0
+    return seconds / (profile.iterations * profile.cpu_seconds_per_iteration)
 
 
 def mixed20(seed: int) -> Workload:
@@ -110,6 +138,22 @@ def mixed30(seed: int) -> Workload:
 def mixed50(seed: int) -> Workload:
     """50 mixed jobs submitted at random in [0, 1200] s on 8 workers."""
     return _mixed(50, 1200.0, 8, seed, "50 mixed jobs in [0, 1200] s on 8 workers")
+
+
+def mixed30_mc(seed: int) -> Workload:
+    """paper-30 on 16-CPU workers with every shipped profile, multi-core jobs included."""
+    return _mixed(30, 300.0, 4, seed, "30 mixed multi-core jobs in [0, 300] s on 4 16-CPU "
+                  "workers", multicore=True)
+
+
+def mixed20_mc(seed: int) -> Workload:
+    return _mixed(20, 300.0, 4, seed, "20 mixed multi-core jobs in [0, 300] s on 4 16-CPU "
+                  "workers", multicore=True)
+
+
+def mixed50_mc(seed: int) -> Workload:
+    return _mixed(50, 1200.0, 8, seed, "50 mixed multi-core jobs in [0, 1200] s on 8 16-CPU "
+                  "workers", multicore=True)
 
 
 #: Pollux application -> the shipped profile family that stands in for it.
@@ -143,7 +187,7 @@ def philly_jobs(seed: int, n_jobs: int, time_scale: float, min_scale: float = 0.
     rng = random.Random(seed)
     streams, durations = _pollux_tables()
     profs = shipped_profiles()
-    names = sorted(profs)
+    names = _names(False)
     keys = sorted(streams)
     jobs: list[dict[str, Any]] = []
     offset = 0.0
@@ -184,8 +228,7 @@ def scale_test(seed: int, n_jobs: int = 10_000, workers: int = 500) -> Workload:
 
 def _solo_seconds(profile: Profile, iterations: float, scale: float) -> float:
     """Seconds the job needs alone on one core of a speed-1 worker."""
-    return iterations * profile.cpu_seconds_per_iteration * scale / profile.speed(
-        best_cores(profile))
+    return iterations * profile.cpu_seconds_per_iteration * scale / profile.speed(1.0)
 
 
 def _short(
@@ -195,7 +238,7 @@ def _short(
     fields ``qos`` draws for it (a target, a deadline)."""
     rng = random.Random(seed)
     profs = shipped_profiles()
-    names = sorted(profs)
+    names = _names(False)
     jobs: list[dict[str, Any]] = []
     for i, t in enumerate(sorted(rng.uniform(0.0, 300.0) for _ in range(n))):
         name = rng.choice(names)
@@ -250,6 +293,12 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment("paper-20", mixed20, "20 mixed jobs at random in [0, 300] s, 4 workers"),
         Experiment("paper-vae20", vae20, "20 VAE jobs every 50 s, 4 workers"),
         Experiment("paper-50x8", mixed50, "50 mixed jobs at random in [0, 1200] s, 8 workers"),
+        Experiment("paper-30-mc", mixed30_mc,
+                   "paper-30 with multi-core jobs (CNN, Transformer), 4 16-CPU workers"),
+        Experiment("paper-20-mc", mixed20_mc,
+                   "paper-20 with multi-core jobs, 4 16-CPU workers"),
+        Experiment("paper-50x8-mc", mixed50_mc,
+                   "paper-50x8 with multi-core jobs, 8 16-CPU workers"),
         Experiment("philly-160", philly, "160 Philly-derived jobs (Pollux arrivals), 8 workers"),
         Experiment("targets-short", targets_short,
                    "60 jobs with target losses and time budgets, 3 workers (resource-short)"),

@@ -8,6 +8,7 @@ from typing import Any
 
 from specon import defaults
 from specon.core.scoring import Weights
+from specon.core.speedup import INTERFERENCE, OVERSUBSCRIPTION_PENALTY
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,19 @@ class SimConfig:
     las_thresholds: tuple[float, ...] = (60.0, 600.0)  # core-seconds of attained service
     slaq_quantum: float = 0.25  # cores handed out per greedy step
     qos_floor_cores: float = defaults.QOS_FLOOR_CORES  # the agent's QoS floor (agent-qos)
+    #: What the progress-aware policy knows (robustness checks): relative error of each job's
+    #: measured step cost, and the share of jobs that declare no total steps.
+    cost_error: float = 0.0
+    unknown_total_share: float = 0.0
+    #: The share of an equal split every job keeps under the progress-aware policy.
+    fair_share: float = 0.0
+    #: A move must be predicted to gain this many times what it costs.
+    move_margin: float = 1.0
     request_cpu: float = 0.1  # what the default scheduler counts for a pod without requests
+    #: Node model (docs/node-model.md): throughput lost by threads squeezed onto fewer cores,
+    #: and the slow-down from other jobs on the worker.
+    oversubscription_penalty: float = OVERSUBSCRIPTION_PENALTY
+    interference: float = INTERFERENCE
     record_timeline: bool = True
 
     def __post_init__(self) -> None:
@@ -36,6 +49,10 @@ class SimConfig:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
+        for name in ("oversubscription_penalty", "interference"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and 0 <= v < 1):
+                raise ValueError(f"{name} must be in [0, 1), got {v!r}")
 
     @property
     def flow_alpha(self) -> float:
@@ -48,7 +65,9 @@ class Policy:
     placement: str = "spread"  # "spread" (Kubernetes default) or "specon"
     share: str = "equal"  # "equal" (CFS), "las", "slaq"
     flowcon: bool = False
-    specon: bool = False
+    specon: bool = False  # categories (Algorithm 3) at every interval
+    moves: str = "none"  # "specon" (Algorithms 4-5), "progress" (gain beats cost) or "none"
+    thread_hint: bool = False  # jobs that use the SDK run as many threads as their limit
     description: str = ""
 
 
@@ -57,10 +76,17 @@ POLICIES: dict[str, Policy] = {
     for p in (
         Policy("default", description="Kubernetes default placement, equal CFS shares (DS/NA)"),
         Policy("flowcon", flowcon=True, description="default placement + FlowCon limits"),
-        Policy("specon", placement="specon", specon=True,
-               description="SpeCon placement, categories, migration, rebalancing"),
-        Policy("specon+flowcon", placement="specon", specon=True, flowcon=True,
-               description="SpeCon + FlowCon: the full system"),
+        Policy("paper-specon", placement="specon", specon=True, moves="specon",
+               description="the research's SpeCon: Algorithms 3-5 (placement by job counts "
+               "per capacity, migration of converged jobs, rebalancing)"),
+        Policy("paper", placement="specon", specon=True, moves="specon", flowcon=True,
+               description="the research's full system: SpeCon + FlowCon"),
+        Policy("specon", placement="progress", specon=True, moves="progress",
+               description="progress-aware placement and moves, equal CPU shares on a node"),
+        Policy("specon+flowcon", placement="progress", share="progress", specon=True,
+               moves="progress", thread_hint=True,
+               description="the full system as shipped: progress-aware placement, CPU on a "
+               "node by work left, thread hints, moves that pay for themselves"),
         Policy("las", share="las", description="least attained service first (Tiresias-like)"),
         Policy("slaq", share="slaq", description="greedy CPU to the largest predicted loss drop"),
         Policy("dqoes", share="dqoes",
@@ -143,19 +169,23 @@ class RunResult:
     #: per worker: [(t, number of jobs)]
     counts: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     events: int = 0
+    #: A bound, not a schedule (the oracle): only the average completion means something.
+    bound: bool = False
 
     def summary(self) -> dict[str, float | int]:
         comp = [j.completion_s for j in self.jobs if j.finish_s is not None]
         t90 = [j.reached_90_s - j.submit_s for j in self.jobs if j.reached_90_s is not None]
         first = min(j.submit_s for j in self.jobs)
         last = max((j.finish_s or 0.0) for j in self.jobs)
+        blank = self.bound
         return {
             "jobs": len(self.jobs),
             "avg_completion_s": sum(comp) / len(comp) if comp else math.nan,
-            "p50_completion_s": percentile(comp, 50),
-            "p95_completion_s": percentile(comp, 95),
-            "makespan_s": last - first,
-            "avg_time_to_90_s": sum(t90) / len(t90) if t90 else math.nan,
+            "p50_completion_s": math.nan if blank else percentile(comp, 50),
+            "p95_completion_s": math.nan if blank else percentile(comp, 95),
+            "max_completion_s": math.nan if blank else max(comp, default=math.nan),
+            "makespan_s": math.nan if blank else last - first,
+            "avg_time_to_90_s": math.nan if blank or not t90 else sum(t90) / len(t90),
             "migrations": sum(len(j.migrations) for j in self.jobs),
             "targets": sum(1 for j in self.jobs if j.target_loss is not None),
             "targets_met": sum(1 for j in self.jobs if j.met_target),

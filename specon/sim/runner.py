@@ -66,7 +66,9 @@ class Matrix:
         return Stat.of(vals)
 
     def headroom(self, policy: str, metric: str) -> Stat:
-        """Share (%) of the oracle's gain over default that the policy captures."""
+        """Share (%) of the oracle's gain over default that the policy captures; runs where the
+        oracle is not better than default have no headroom and are left out (a ratio of two
+        negatives would read as a gain)."""
         if "default" not in self.runs or "oracle" not in self.runs:
             return Stat(math.nan, math.nan, 0)
         vals = []
@@ -74,7 +76,7 @@ class Matrix:
                                    strict=True):
             b = float(base.summary()[metric])
             gap = b - float(orc.summary()[metric])
-            if abs(gap) > 1e-9 * max(1.0, abs(b)):
+            if gap > 1e-9 * max(1.0, abs(b)):
                 vals.append(100.0 * (b - float(mine.summary()[metric])) / gap)
         return Stat.of(vals)
 

@@ -101,7 +101,8 @@ class JobSpec(_Strict):
     migratable: bool = True
     #: Extension (v1, optional): the job stops once its target loss is reached.
     stop_at_target: bool = False
-    #: Optional: threads the job runs with (defaults to the profile's largest speedup key).
+    #: Optional: threads the job runs with. Default: the CPUs of the worker it runs on (what
+    #: PyTorch picks), at most the profile's largest speed-up key (docs/node-model.md).
     cores: Positive | None = None
 
 
@@ -125,10 +126,10 @@ class Workload(_Strict):
                 raise ValueError(
                     f"job {job.name!r}: unknown profile {job.profile!r} (known: {known})"
                 )
-            want = job.cores if job.cores is not None else self.profiles[job.profile].max_cores
-            if want > biggest:
+            # A job without a thread count takes the cores it sees, so it runs anywhere.
+            if job.cores is not None and job.cores > biggest:
                 raise ValueError(
-                    f"job {job.name!r} asks for {want:g} cores but the largest worker has "
-                    f"{biggest:g}"
+                    f"job {job.name!r} asks for {job.cores:g} cores but the largest worker "
+                    f"has {biggest:g}"
                 )
         return self

@@ -35,7 +35,8 @@ def test_simulate_writes_result_and_plots(workload_file: Path, tmp_path: Path):
     assert "avg completion" in r.stdout and "specon+flowcon" in r.stdout
     result = json.loads((out / "result.json").read_text())
     assert result["format"] == "specon-result/v1"
-    assert set(result["aggregate"]) == {"default", "flowcon", "specon", "specon+flowcon",
+    assert set(result["aggregate"]) == {"default", "flowcon", "paper-specon", "paper", "specon",
+                                        "specon+flowcon",
                                         "las", "slaq", "oracle"}
     run = result["runs"][0]
     job = run["jobs"][0]

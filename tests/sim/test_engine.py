@@ -52,7 +52,7 @@ def test_runs_are_deterministic():
 
 def test_specon_migrates_at_most_once_and_pays_the_cost():
     wl = workload(jobs=24, workers=3, spacing=4.0)
-    res = Simulator(wl, POLICIES["specon"], SimConfig(alpha=0.5, interval_s=10)).run()
+    res = Simulator(wl, POLICIES["paper-specon"], SimConfig(alpha=0.5, interval_s=10)).run()
     moved = [j for j in res.jobs if j.migrations]
     assert moved, "a crowded workload with a high alpha must migrate something"
     for j in res.jobs:

@@ -1,0 +1,170 @@
+"""Every policy over the random-workload suite (specon.sim.generate), against `default`.
+
+For each workload (one per seed of the generator) every policy runs with several simulator
+seeds (they change only random tie-breaks) and the seed means are compared with default's:
+the change in average completion, makespan and time to 90% of the loss reduction, and each
+job's completion over its completion under default (slow-down). Per policy the table gives the
+distribution over workloads: mean, median, best and worst change, and how many workloads it
+lost (slower than default by more than 1%).
+
+    python benchmarks/suite.py                        # 30 workloads x 3 seeds, every policy
+    python benchmarks/suite.py --workloads 5 --seeds 1 --policies default,specon+flowcon
+
+Writes docs/results/suite.json (every number) and prints the Markdown table of the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specon.sim.generate import random_workload  # noqa: E402
+from specon.sim.model import POLICIES, SimConfig  # noqa: E402
+from specon.sim.runner import run_one  # noqa: E402
+
+
+def one_workload(args: tuple[int, list[str], list[int], dict[str, Any]]) -> dict[str, Any]:
+    index, policies, seeds, cfg_kw = args
+    wl = random_workload(index)
+    cfg = SimConfig(record_timeline=False, **cfg_kw)
+    out: dict[str, Any] = {"workload": index, "description": wl.description,
+                           "jobs": len(wl.jobs), "workers": len(wl.cluster.workers),
+                           "policies": {}}
+    per_job: dict[str, dict[str, list[float]]] = {}
+    for p in policies:
+        rows = []
+        for seed in seeds if p != "oracle" else seeds[:1]:
+            res = run_one(wl, p, cfg, seed)
+            rows.append(res.summary())
+            for j in res.jobs:
+                per_job.setdefault(p, {}).setdefault(j.name, []).append(j.completion_s)
+        out["policies"][p] = {k: statistics.fmean(float(r[k]) for r in rows)
+                              for k in ("avg_completion_s", "makespan_s", "avg_time_to_90_s",
+                                        "p95_completion_s")}
+    base = {n: statistics.fmean(v) for n, v in per_job["default"].items()}
+    for p in policies:
+        if p == "oracle":
+            continue
+        ratios = sorted(statistics.fmean(v) / base[n] for n, v in per_job[p].items())
+        out["policies"][p]["slowdowns"] = ratios
+    return out
+
+
+def _p99(values: list[float]) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
+
+
+def pct(a: float, b: float) -> float:
+    return 100.0 * (a - b) / b if b and math.isfinite(a) and math.isfinite(b) else math.nan
+
+
+def summarise(rows: list[dict[str, Any]], policies: list[str]) -> list[dict[str, Any]]:
+    table = []
+    for p in policies:
+        if p == "default":
+            continue
+        avg = [pct(r["policies"][p]["avg_completion_s"], r["policies"]["default"]
+                   ["avg_completion_s"]) for r in rows]
+        entry: dict[str, Any] = {"policy": p, "avg_mean": statistics.fmean(avg),
+                                 "avg_median": statistics.median(avg), "avg_best": min(avg),
+                                 "avg_worst": max(avg), "lost": sum(1 for v in avg if v > 1.0)}
+        if p != "oracle":
+            mk = [pct(r["policies"][p]["makespan_s"], r["policies"]["default"]["makespan_s"])
+                  for r in rows]
+            t90 = [pct(r["policies"][p]["avg_time_to_90_s"],
+                       r["policies"]["default"]["avg_time_to_90_s"]) for r in rows]
+            t90 = [v for v in t90 if math.isfinite(v)]
+            entry.update(mk_mean=statistics.fmean(mk), mk_median=statistics.median(mk),
+                         mk_worst=max(mk), mk_lost=sum(1 for v in mk if v > 1.0),
+                         t90_median=statistics.median(t90) if t90 else math.nan,
+                         worst_slowdown=max(max(r["policies"][p]["slowdowns"]) for r in rows),
+                         p99_slowdown=_p99([x for r in rows for x in r["policies"][p]
+                                            ["slowdowns"]]))
+        table.append(entry)
+    return table
+
+
+def markdown(table: list[dict[str, Any]]) -> str:
+    def f(v: float, unit: str = "%") -> str:
+        if not math.isfinite(v):
+            return "—"
+        return f"{v:+.1f}{unit}".replace("-", "−") if unit == "%" else f"{v:.2f}×"
+
+    lines = ["| policy | avg completion: mean | median | best | worst | lost | makespan: mean "
+             "| median | worst | lost | time to 90%: median | worst job slow-down (p99) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for e in table:
+        if e["policy"] == "oracle":
+            lines.append(f"| oracle (bound) | {f(e['avg_mean'])} | {f(e['avg_median'])} | "
+                         f"{f(e['avg_best'])} | {f(e['avg_worst'])} | | | | | | | |")
+            continue
+        lines.append(
+            f"| {e['policy']} | {f(e['avg_mean'])} | {f(e['avg_median'])} | {f(e['avg_best'])} "
+            f"| {f(e['avg_worst'])} | {e['lost']} | {f(e['mk_mean'])} | {f(e['mk_median'])} "
+            f"| {f(e['mk_worst'])} | {e['mk_lost']} | {f(e['t90_median'])} "
+            f"| {f(e['worst_slowdown'], 'x')} ({f(e['p99_slowdown'], 'x')}) |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", type=int, default=30, help="how many random workloads")
+    ap.add_argument("--first", type=int, default=0, help="the first workload's seed")
+    ap.add_argument("--seeds", type=int, default=3, help="simulator seeds per workload")
+    ap.add_argument("--policies", default="all", help="comma-separated, or 'all'")
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--cost-error", type=float, default=0.0,
+                    help="relative error of each job's measured step cost (robustness)")
+    ap.add_argument("--unknown-total-share", type=float, default=0.0,
+                    help="share of jobs that declare no total steps (robustness)")
+    ap.add_argument("--fair", type=float, default=None, help="override SimConfig.fair_share")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "suite.json")
+    a = ap.parse_args()
+    if a.workloads < 1 or a.seeds < 1 or a.processes < 1:
+        ap.error("--workloads, --seeds and --processes must be at least 1")
+    policies = list(POLICIES) if a.policies == "all" else [
+        p.strip() for p in a.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        ap.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    if "default" not in policies:
+        policies.insert(0, "default")
+    cfg = {"cost_error": a.cost_error, "unknown_total_share": a.unknown_total_share,
+           **({"fair_share": a.fair} if a.fair is not None else {})}
+    try:
+        SimConfig(**cfg)
+    except ValueError as exc:
+        ap.error(str(exc))
+    started = time.time()
+    work = [(i, policies, list(range(a.seeds)), cfg)
+            for i in range(a.first, a.first + a.workloads)]
+    rows: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(a.processes) as pool:
+        for done, row in enumerate(pool.map(one_workload, work), 1):
+            rows.append(row)
+            print(f"\r{done}/{len(work)} workloads, {time.time() - started:.0f} s",
+                  end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    table = summarise(rows, policies)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps({"command": " ".join(sys.argv[1:]), "seconds": time.time()
+                                 - started, "config": cfg, "table": table, "workloads": rows},
+                                indent=1))
+    print(markdown(table))
+    print(f"\n{len(rows)} workloads x {a.seeds} seeds in {time.time() - started:.0f} s; "
+          f"every number in {a.out}")
+
+
+if __name__ == "__main__":
+    main()

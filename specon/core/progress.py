@@ -1,0 +1,218 @@
+"""The progress-aware policy's decision rules: CPU on a node, the host of a new job, and moves.
+
+A job's progress tells how much work it has left: its reported step and total steps (the SDK,
+``specon.io/total-steps``), or, without a total, an estimate from what it has done. With the
+work left, its per-step cost and its speed-up table, these rules do what shortest-remaining-
+first does for one machine, across a cluster of workers of different sizes and speeds:
+
+* **On a node** (:func:`node_shares`): every job keeps a small floor (it never starves and its
+  loss stays visible); then one core each in order of least work left; then the spare cores,
+  one at a time, to the job whose speed they raise the most per unit of its work left
+  (heSRPT's rule under sub-linear speed-up: short jobs and jobs that scale get them). The
+  category weights (2 / 1.5 / 1) divide each job's work left in that order: a progressing job
+  goes before a converged one with up to twice its work left, so the CPU still flows to the
+  jobs whose loss still falls (FlowCon's aim) without letting a long job hold a node.
+* **A new job** (:func:`placement_delta`): on the worker where it adds the least to the
+  predicted sum of completion times of that worker's jobs (its own included), each worker
+  modelled as one machine of ``cpus x speed`` capacity whose jobs cannot run faster than their
+  own top speed.
+* **Moves** (:func:`plan_moves`): a job moves only when the predicted gain in the sum of
+  completion times exceeds what the move costs (checkpoint + restore + restart, paid by the
+  job and counted again for every job it leaves behind waiting no less).
+
+Pure: state in, decisions out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from specon.core.categorize import Category
+from specon.core.scoring import Weights
+from specon.core.speedup import Curve, thread_speed
+
+WEIGHTS = Weights()
+#: Cores every job keeps at least (CFS quota floor), and the share of a node the floors may take.
+FLOOR_CORES = 0.05
+FLOOR_SHARE = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class JobLoad:
+    """One job as the policy sees it."""
+
+    name: str
+    work: float  # seconds of work left on one core of a speed-1 worker
+    curve: Curve  # its speed-up table
+    cap: float  # the most cores it can use on this worker
+    category: Category = Category.PROGRESSING
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    name: str
+    cpus: float
+    speed: float
+    jobs: tuple[JobLoad, ...] = ()
+
+    @property
+    def capacity(self) -> float:
+        return self.cpus * self.speed
+
+
+def _key(job: JobLoad, weights: Weights) -> float:
+    """Order of service: least work left first, scaled by the category's weight."""
+    return job.work * (weights.converged / max(weights.of(job.category), 1e-9)) ** 3
+
+
+def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS,
+                floor: float = FLOOR_CORES, fair: float = 0.0) -> dict[str, float]:
+    """Cores per job on one node (a limit each; their sum is at most ``cpus``).
+
+    ``fair``: the share of an equal split every job keeps (a bound on how far behind its fair
+    share a long job can fall); ``floor``: the fewest cores a job keeps in any case.
+    """
+    if not jobs:
+        return {}
+    floor = max(min(floor, FLOOR_SHARE * cpus / len(jobs)), fair * cpus / len(jobs))
+    out = {j.name: min(floor, j.cap) for j in jobs}
+    left = cpus - sum(out.values())
+    order = sorted(jobs, key=lambda j: (_key(j, weights), j.name))
+    for j in order:
+        if left <= 1e-12:
+            break
+        give = min(1.0 - out[j.name], j.cap - out[j.name], left)
+        if give > 0:
+            out[j.name] += give
+            left -= give
+    # spare cores, a core at a time, to the largest cut in time-to-finish per unit of work
+    while left > 1e-9:
+        best, gain_best, step_best = None, 0.0, 0.0
+        for j in order:
+            c = out[j.name]
+            step = min(1.0, j.cap - c, left)
+            if step <= 1e-9:
+                continue
+            s0, s1 = j.curve.at(c), j.curve.at(c + step)
+            if s1 <= s0 + 1e-12:
+                continue
+            # the share of its remaining work the job finishes per second grows by this much
+            gain = (s1 - s0) / max(_key(j, weights), 1e-9)
+            if gain > gain_best:
+                best, gain_best, step_best = j, gain, step
+        if best is None:
+            break
+        out[best.name] += step_best
+        left -= step_best
+    return out
+
+
+def threads_for(curve: Curve, cores: float, most: float) -> int:
+    """The thread count to hint for a job held to ``cores``: the faster of the two whole
+    numbers around it, at least 1 and at most ``most`` (the cores it can see)."""
+    lo = max(1, min(math.floor(cores + 1e-6), int(most)))
+    hi = max(1, min(lo + 1, int(most)))
+    return max((lo, hi), key=lambda k: (thread_speed(curve, k, cores), -k))
+
+
+def _top_rate(job: JobLoad, node: NodeLoad) -> float:
+    """Seconds of work per second the job does at best on ``node``."""
+    return job.curve.envelope(min(job.cap, node.cpus)) * node.speed
+
+
+def predicted_sum(node: NodeLoad, extra: JobLoad | None = None,
+                  weights: Weights = WEIGHTS) -> float:
+    """Predicted sum of the node's jobs' times to finish, ``extra`` included: the node as one
+    machine of ``cpus x speed``, served least work first, no job faster than its top speed."""
+    jobs = list(node.jobs) + ([extra] if extra is not None else [])
+    if not jobs:
+        return 0.0
+    total = 0.0
+    done = 0.0  # work served before (capacity-seconds)
+    for j in sorted(jobs, key=lambda j: (_key(j, weights), j.name)):
+        done += j.work
+        total += max(j.work / max(_top_rate(j, node), 1e-12), done / node.capacity)
+    return total
+
+
+def placement_delta(node: NodeLoad, job: JobLoad, weights: Weights = WEIGHTS) -> float:
+    """How much placing ``job`` on ``node`` adds to the predicted sum of times to finish."""
+    return predicted_sum(node, job, weights) - predicted_sum(node, None, weights)
+
+
+def backlog(node: NodeLoad) -> float:
+    """Seconds the node needs to serve all its work at full capacity."""
+    return sum(j.work for j in node.jobs) / node.capacity
+
+
+def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
+                tolerance: float = 0.01) -> str | None:
+    """The node where the new job adds the least; among nodes within ``tolerance`` of the
+    least (the model sees no cost in sharing a node whose jobs cannot use all of it, a real
+    node does), the one with the least backlog, then the larger, then by name."""
+    if not nodes:
+        return None
+    delta = {n.name: placement_delta(n, job, weights) for n in nodes}
+    least = min(delta.values())
+    near = [n for n in nodes if delta[n.name] <= least + tolerance * max(least, 1e-9)]
+    return min(near, key=lambda n: (backlog(n), -n.capacity, n.name)).name
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedMove:
+    job: str
+    source: str
+    target: str
+    gain_s: float  # predicted cut in the sum of times to finish, net of the move's cost
+
+
+def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
+               movable: frozenset[str], busy: frozenset[str] = frozenset(),
+               weights: Weights = WEIGHTS, limit: int = 1, margin: float = 1.0
+               ) -> list[PlannedMove]:
+    """Up to ``limit`` moves, best first, each worth more than it costs.
+
+    ``cost_s``: seconds a job is stopped to move; ``busy``: nodes already sending or receiving
+    a move (left alone). A job moves off a node to another when the sum of times to finish of
+    both nodes falls by more than the move's cost counted for the job and for every job of the
+    target it would delay.
+    """
+    by_name = {n.name: n for n in nodes}
+    sums = {n.name: predicted_sum(n, None, weights) for n in nodes}
+    plans: list[PlannedMove] = []
+    used: set[str] = set(busy)
+    for _ in range(limit):
+        best: PlannedMove | None = None
+        for src in nodes:
+            if src.name in used or len(src.jobs) < 2:
+                continue
+            for j in src.jobs:
+                if j.name not in movable:
+                    continue
+                rest = NodeLoad(src.name, src.cpus, src.speed,
+                                tuple(x for x in src.jobs if x.name != j.name))
+                saved = sums[src.name] - predicted_sum(rest, None, weights)
+                for dst in nodes:
+                    if dst.name == src.name or dst.name in used:
+                        continue
+                    moved = JobLoad(j.name, j.work, j.curve, j.cap, j.category)
+                    added = placement_delta(dst, moved, weights)
+                    cost = cost_s.get(j.name, 0.0)
+                    gain = saved - added - margin * cost
+                    if gain > 0 and (best is None or gain > best.gain_s):
+                        best = PlannedMove(j.name, src.name, dst.name, gain)
+        if best is None:
+            break
+        plans.append(best)
+        used.update((best.source, best.target))
+        src_node, dst_node = by_name[best.source], by_name[best.target]
+        job = next(x for x in src_node.jobs if x.name == best.job)
+        by_name[best.source] = NodeLoad(src_node.name, src_node.cpus, src_node.speed,
+                                        tuple(x for x in src_node.jobs if x.name != job.name))
+        by_name[best.target] = NodeLoad(dst_node.name, dst_node.cpus, dst_node.speed,
+                                        (*dst_node.jobs, job))
+        nodes = list(by_name.values())
+        sums = {n.name: predicted_sum(n, None, weights) for n in nodes}
+    return plans
