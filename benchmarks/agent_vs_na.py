@@ -69,8 +69,11 @@ def busy_cores(seconds: float = 10.0) -> float:
 
 
 def run_real(client: docker.DockerClient, jobs: list[tuple[str, int, float]], with_agent: bool,
-             log_dir: Path) -> list[dict[str, Any]]:
+             log_dir: Path, threads: list[int] | None = None) -> list[dict[str, Any]]:
+    """Run ``jobs`` (model, iterations, submit time) as containers, with or without the agent;
+    ``threads``: each job's thread count (default one each)."""
     label = f"specon.bench/agent-{secrets.token_hex(4)}"
+    counts = threads or [1] * len(jobs)
     agent = None
     if with_agent:
         log = open(log_dir / "agent.log", "wb")  # noqa: SIM115
@@ -87,7 +90,7 @@ def run_real(client: docker.DockerClient, jobs: list[tuple[str, int, float]], wi
             time.sleep(max(0.0, t0 + submit - time.time()))
             c = client.containers.run(
                 image(), ["python3", "-m", "specon_examples", model, "--iterations",
-                          str(iterations), "--threads", "1", "--seed", str(i)],
+                          str(iterations), "--threads", str(counts[i]), "--seed", str(i)],
                 detach=True, network_mode="none", working_dir="/src",
                 volumes={str(ROOT): {"bind": "/src", "mode": "ro"}},
                 environment={"PYTHONPATH": "/src"},

@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# Regenerates every simulator figure quoted in the README and docs/parameters.md, from the
-# shipped profiles: the parameter sweep, then each built-in experiment with the shipped
-# defaults. Writes results/ (git-ignored); takes a few minutes on 2 cores.
+# Regenerates every simulator figure quoted in the README and docs/results.md, from the
+# shipped profiles: each built-in experiment (10 seeds), the random-workload suite (every
+# policy), the ablations and the robustness run. Writes results/ (git-ignored) and
+# docs/results/*.txt; about 10 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=${SPECON:-specon}
-$S simulate paper-30 --seeds 20 --policies specon+flowcon --out results/sweep \
-  --sweep "alpha=0.0025,0.005,0.01,0.02,0.05 interval=20,30,60,120 beta=1,1.5,2"
-$S simulate paper-30 --seeds 20 --out results/paper-30
-$S simulate paper-30 --seeds 20 --beta 2 --policies default,flowcon,specon+flowcon \
-  --no-plots --no-jobs --out results/paper-30-beta2
-for e in paper-20 paper-vae20 paper-50x8 philly-160; do
-  $S simulate "$e" --seeds 10 --no-plots --no-jobs --out "results/$e"
+PY=${PYTHON:-python}
+mkdir -p docs/results
+run() {  # name, then simulate's arguments
+  local name=$1
+  shift
+  $S simulate "$name" --seeds 10 --no-jobs --out "results/$name" "$@" \
+    | tee "docs/results/$name.txt"
+}
+run paper-30
+run paper-30-mc
+for e in paper-20 paper-vae20 paper-50x8 philly-160 paper-20-mc paper-50x8-mc; do
+  run "$e" --no-plots
 done
 for e in targets-short deadlines-short; do
-  $S simulate "$e" --seeds 10 --no-plots --no-jobs --out "results/$e" \
-    --policies default,specon+flowcon,las,dqoes,deadline,agent-qos,oracle
+  run "$e" --no-plots --policies default,paper,specon+flowcon,las,dqoes,deadline,agent-qos,oracle
 done
+$PY benchmarks/suite.py --workloads 30 --seeds 3 | tee docs/results/suite.txt
+$PY benchmarks/suite.py --workloads 30 --seeds 3 --policies default,specon+flowcon,oracle \
+  --cost-error 0.3 --unknown-total-share 0.3 --out docs/results/suite-robustness.json \
+  | tee docs/results/suite-robustness.txt
+$PY benchmarks/ablation.py --workloads 30 --seeds 2 | tee docs/results/ablation.txt

@@ -162,8 +162,12 @@ def main() -> None:
                                  - started, "config": cfg, "table": table, "workloads": rows},
                                 indent=1))
     print(markdown(table))
+    try:
+        shown = a.out.resolve().relative_to(ROOT)
+    except ValueError:
+        shown = a.out
     print(f"\n{len(rows)} workloads x {a.seeds} seeds in {time.time() - started:.0f} s; "
-          f"every number in {a.out}")
+          f"every number in {shown}")
 
 
 if __name__ == "__main__":

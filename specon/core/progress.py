@@ -34,6 +34,8 @@ from specon.core.scoring import Weights
 from specon.core.speedup import Curve, thread_speed
 
 WEIGHTS = Weights()
+#: A job in the system for more than this many times what it needs alone is served first.
+STARVED = 3.0
 #: Cores every job keeps at least (CFS quota floor), and the share of a node the floors may take.
 FLOOR_CORES = 0.05
 FLOOR_SHARE = 0.2
@@ -48,6 +50,17 @@ class JobLoad:
     curve: Curve  # its speed-up table
     cap: float  # the most cores it can use on this worker
     category: Category = Category.PROGRESSING
+    #: Threads it runs, when it cannot follow a thread hint (None: it runs as many as its
+    #: limit allows). A fixed count held to fewer cores pays the oversubscription penalty.
+    threads: float | None = None
+    #: Held back too long (it has been in the system over STARVED times what it needs
+    #: alone): served before every job that is not.
+    starved: bool = False
+
+    def speed(self, cores: float) -> float:
+        if self.threads is None:
+            return self.curve.at(cores)
+        return thread_speed(self.curve, self.threads, cores)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +75,10 @@ class NodeLoad:
         return self.cpus * self.speed
 
 
-def _key(job: JobLoad, weights: Weights) -> float:
-    """Order of service: least work left first, scaled by the category's weight."""
-    return job.work * (weights.converged / max(weights.of(job.category), 1e-9)) ** 3
+def _key(job: JobLoad, weights: Weights) -> tuple[bool, float]:
+    """Order of service: starved jobs first, then least work left, scaled by the category's
+    weight."""
+    return (not job.starved, job.work * weights.converged / max(weights.of(job.category), 1e-9))
 
 
 def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS,
@@ -76,10 +90,18 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
     """
     if not jobs:
         return {}
-    floor = max(min(floor, FLOOR_SHARE * cpus / len(jobs)), fair * cpus / len(jobs))
-    out = {j.name: min(floor, j.cap) for j in jobs}
+    floor = min(floor, FLOOR_SHARE * cpus / len(jobs))
+    fair_cores = fair * cpus / len(jobs)
+    out = {j.name: min(max(floor, fair_cores if j.category is Category.PROGRESSING else 0.0),
+                       j.cap) for j in jobs}
     left = cpus - sum(out.values())
     order = sorted(jobs, key=lambda j: (_key(j, weights), j.name))
+    for j in order:  # starved jobs first, as much as they can use
+        if not j.starved or left <= 1e-12:
+            break
+        give = min(j.cap - out[j.name], left)
+        out[j.name] += give
+        left -= give
     for j in order:
         if left <= 1e-12:
             break
@@ -95,11 +117,11 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
             step = min(1.0, j.cap - c, left)
             if step <= 1e-9:
                 continue
-            s0, s1 = j.curve.at(c), j.curve.at(c + step)
+            s0, s1 = j.speed(c), j.speed(c + step)
             if s1 <= s0 + 1e-12:
                 continue
             # the share of its remaining work the job finishes per second grows by this much
-            gain = (s1 - s0) / max(_key(j, weights), 1e-9)
+            gain = (s1 - s0) / max(_key(j, weights)[1], 1e-9)
             if gain > gain_best:
                 best, gain_best, step_best = j, gain, step
         if best is None:
@@ -197,7 +219,8 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
                 for dst in nodes:
                     if dst.name == src.name or dst.name in used:
                         continue
-                    moved = JobLoad(j.name, j.work, j.curve, j.cap, j.category)
+                    moved = JobLoad(j.name, j.work, j.curve, j.cap, j.category, j.threads,
+                                    j.starved)
                     added = placement_delta(dst, moved, weights)
                     cost = cost_s.get(j.name, 0.0)
                     gain = saved - added - margin * cost

@@ -18,7 +18,7 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from specon.core import flowcon
 from specon.core.categorize import Category, JobState, categorize
@@ -26,6 +26,7 @@ from specon.core.flowcon import FlowConParams, FlowConState
 from specon.core.growth import Growth, LossTrack
 from specon.core.predict import fit_curve
 from specon.core.progress import (
+    STARVED,
     JobLoad,
     NodeLoad,
     choose_node,
@@ -53,8 +54,6 @@ ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
 #: Where a job that stops at its target is expected to stop before its curve can be fitted
 #: (as a share of its declared steps: most of a loss's fall comes early, docs/mission).
 TARGET_PRIOR = 0.3
-#: Sharing modes that re-divide the CPU at every interval.
-TICKED_SHARES = ("las", "slaq", "dqoes", "deadline", "agent-qos", "progress")
 
 
 def smoothed(loss: Sequence[float], window: int = 5) -> list[float]:
@@ -210,6 +209,12 @@ class Simulator:
     ) -> None:
         if policy.name == "oracle":
             raise ValueError("the oracle is simulated by specon.sim.oracle, not Simulator")
+        for kind, name, known in (("share", policy.share, SHARE_RULES),
+                                  ("placement", policy.placement, PLACEMENTS),
+                                  ("moves", policy.moves, MOVES)):
+            if name not in known:
+                raise ValueError(f"policy {policy.name!r}: unknown {kind} rule {name!r} "
+                                 f"(known: {', '.join(sorted(known))})")
         self.w = workload
         self.policy = policy
         self.cfg = config or SimConfig()
@@ -266,7 +271,7 @@ class Simulator:
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
         for job in self.jobs.values():
             self.push(job.spec.submit_s, ARRIVE, job.spec.name)
-        if self.policy.specon or self.policy.share in TICKED_SHARES:
+        if self.policy.specon or SHARE_RULES[self.policy.share].ticked:
             self.push(self.cfg.interval_s, TICK)
         while self.heap and self.remaining > 0:
             t, _, kind, key, version = heapq.heappop(self.heap)
@@ -324,32 +329,7 @@ class Simulator:
         jobs = list(w.jobs.values())
         caps = [min(self._demand(j), w.flow.limits.get(j.spec.name, 1.0) * w.cpus)
                 for j in jobs]
-        if self.policy.share == "las":
-            th = self.cfg.las_thresholds
-            levels = [sum(1 for x in th if j.attained >= x) for j in jobs]
-            cores = by_priority(w.cpus, caps, levels)
-        elif self.policy.share in ("dqoes", "deadline"):
-            cores = by_priority(w.cpus, caps, [self._qos_level(j, w) for j in jobs])
-        elif self.policy.share == "agent-qos":
-            cores = waterfill(w.cpus, self._agent_qos_caps(w, jobs, caps), [1.0] * len(jobs))
-        elif self.policy.share == "progress":
-            shares = node_shares(w.cpus, [self._load(j, w) for j in jobs], self.cfg.weights,
-                                 fair=self.cfg.fair_share)
-            cores = waterfill(w.cpus, [min(c, shares[j.spec.name]) for j, c in
-                                       zip(jobs, self._hinted_caps(w, jobs), strict=True)],
-                              [1.0] * len(jobs))
-            if self.policy.thread_hint:
-                for j in jobs:
-                    if self._hints(j):
-                        j.threads = threads_for(j.curve, shares[j.spec.name],
-                                                min(w.cpus, j.curve.max_cores))
-        elif self.policy.share == "slaq":
-            value = [self._slaq_value(j) for j in jobs]
-            cores = greedy_marginal(
-                w.cpus, caps, value, [j.profile.speed for j in jobs], self.cfg.slaq_quantum
-            )
-        else:
-            cores = waterfill(w.cpus, caps, [1.0] * len(jobs))
+        cores = SHARE_RULES[self.policy.share].divide(self, w, jobs, caps)
         total = sum(cores)
         for job, c in zip(jobs, cores, strict=True):
             job.cores = c
@@ -390,9 +370,18 @@ class Simulator:
         return steps * job.cost_seen
 
     def _load(self, job: _Job, w: _Worker) -> JobLoad:
-        cap = (min(w.cpus, job.curve.max_cores) if self._hints(job)
-               else min(self._demand_on(job, w), w.cpus))
-        return JobLoad(job.spec.name, self._work_left(job), job.curve, cap, job.cat.category)
+        if self._hints(job):
+            cap, threads = min(w.cpus, job.curve.max_cores), None
+        else:
+            cap = threads = min(self._demand_on(job, w), w.cpus)
+        return JobLoad(job.spec.name, self._work_left(job), job.curve, cap, job.cat.category,
+                       threads, self._starved(job))
+
+    def _starved(self, job: _Job) -> bool:
+        """In the system for over STARVED times its declared run alone at its best speed."""
+        alone = (job.profile.iterations * job.cost_seen
+                 / max(job.curve.envelope(job.curve.max_cores), 1e-9))
+        return self.now - job.spec.submit_s > STARVED * alone
 
     def _demand_on(self, job: _Job, w: _Worker) -> float:
         told = job.spec.cores
@@ -500,21 +489,7 @@ class Simulator:
         return [w for w in self.workers.values() if w.cpus >= job.max_cores]
 
     def _place(self, job: _Job) -> str:
-        fits = self._fits(job)
-        if self.policy.placement == "progress":
-            nodes = [self._node(w, [self.jobs[n] for n in w.reserved]) for w in fits]
-            return choose_node(nodes, self._load(job, fits[0]) if len(fits) == 1 else
-                               self._placement_load(job), self.cfg.weights) or fits[0].name
-        if self.policy.placement == "specon":
-            views = self._views(fits)
-            return choose_host(views, self.cfg.weights).target or fits[0].name
-        # Kubernetes default: least requested (pods without requests count 100m), random ties.
-        def requested(w: _Worker) -> float:
-            return (len(w.jobs) + len(w.reserved)) * self.cfg.request_cpu / w.cpus
-
-        best = min(requested(w) for w in fits)
-        ties = [w.name for w in fits if requested(w) <= best + 1e-12]
-        return ties[0] if len(ties) == 1 else self.rng.choice(sorted(ties))
+        return PLACEMENTS[self.policy.placement](self, job, self._fits(job))
 
     def _placement_load(self, job: _Job) -> JobLoad:
         """A new job as placement sees it (its cap depends on the worker: the largest)."""
@@ -637,17 +612,11 @@ class Simulator:
             self._advance(w)
             if self.policy.specon:
                 requests.extend(self._categorize(w))
-            if self.policy.share in TICKED_SHARES:
+            if SHARE_RULES[self.policy.share].ticked:
                 if self.policy.share == "slaq" and not self.policy.flowcon:
                     self._measure(w)
                 self._allocate(w)
-        if self.policy.moves == "specon":
-            for job in requests:
-                self._reallocate(job)
-            if self.cfg.rebalance:
-                self._rebalance()
-        elif self.policy.moves == "progress":
-            self._progress_moves()
+        MOVES[self.policy.moves](self, requests)
 
     def _progress_moves(self) -> None:
         """Moves whose predicted gain beats their cost (specon.core.progress.plan_moves)."""
@@ -768,3 +737,118 @@ class Simulator:
                 continue
             job.rebalanced = True
             self._move(job, src, dst, "rebalance")
+
+
+# -- the rules a policy is made of, by name ---------------------------------------------------
+#: A share rule divides one worker: (simulator, worker, its jobs, each job's cap) -> cores.
+ShareFn = Callable[[Simulator, _Worker, list[_Job], list[float]], list[float]]
+#: A placement rule picks a worker for a new job among those that fit it.
+PlaceFn = Callable[[Simulator, _Job, list[_Worker]], str]
+#: A move rule runs at each interval after the categories (may start migrations).
+MoveFn = Callable[[Simulator, list[_Job]], None]
+
+
+@dataclass(frozen=True)
+class ShareRule:
+    divide: ShareFn
+    ticked: bool = False  # re-divide the CPU at every interval, not only on arrivals/exits
+
+
+SHARE_RULES: dict[str, ShareRule] = {}
+PLACEMENTS: dict[str, PlaceFn] = {}
+MOVES: dict[str, MoveFn] = {}
+
+
+def register_share(name: str, ticked: bool = False) -> Callable[[ShareFn], ShareFn]:
+    def deco(fn: ShareFn) -> ShareFn:
+        SHARE_RULES[name] = ShareRule(fn, ticked)
+        return fn
+    return deco
+
+
+@register_share("equal")
+def _equal(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    return waterfill(w.cpus, caps, [1.0] * len(jobs))
+
+
+@register_share("las", ticked=True)
+def _las(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    th = sim.cfg.las_thresholds
+    return by_priority(w.cpus, caps, [sum(1 for x in th if j.attained >= x) for j in jobs])
+
+
+@register_share("dqoes", ticked=True)
+@register_share("deadline", ticked=True)
+def _qos(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    return by_priority(w.cpus, caps, [sim._qos_level(j, w) for j in jobs])
+
+
+@register_share("agent-qos", ticked=True)
+def _agent_qos(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    return waterfill(w.cpus, sim._agent_qos_caps(w, jobs, caps), [1.0] * len(jobs))
+
+
+@register_share("slaq", ticked=True)
+def _slaq(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    return greedy_marginal(w.cpus, caps, [sim._slaq_value(j) for j in jobs],
+                           [j.profile.speed for j in jobs], sim.cfg.slaq_quantum)
+
+
+@register_share("progress", ticked=True)
+def _progress(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    """specon.core.progress.node_shares as limits; jobs that take the hint run as many threads
+    as their limit allows."""
+    shares = node_shares(w.cpus, [sim._load(j, w) for j in jobs], sim.cfg.weights,
+                         fair=sim.cfg.fair_share)
+    cores = waterfill(w.cpus, [min(c, shares[j.spec.name]) for j, c in
+                               zip(jobs, sim._hinted_caps(w, jobs), strict=True)],
+                      [1.0] * len(jobs))
+    for j in jobs:
+        if sim._hints(j):
+            j.threads = threads_for(j.curve, shares[j.spec.name],
+                                    min(w.cpus, j.curve.max_cores))
+    return cores
+
+
+def _spread(sim: Simulator, job: _Job, fits: list[_Worker]) -> str:
+    """Kubernetes' default: least requested (a pod without requests counts 100m), random
+    among ties."""
+    def requested(w: _Worker) -> float:
+        return (len(w.jobs) + len(w.reserved)) * sim.cfg.request_cpu / w.cpus
+
+    best = min(requested(w) for w in fits)
+    ties = [w.name for w in fits if requested(w) <= best + 1e-12]
+    return ties[0] if len(ties) == 1 else sim.rng.choice(sorted(ties))
+
+
+def _specon_place(sim: Simulator, job: _Job, fits: list[_Worker]) -> str:
+    """Algorithm 4 for a new job (specon.core.scoring.choose_host)."""
+    return choose_host(sim._views(fits), sim.cfg.weights).target or fits[0].name
+
+
+def _progress_place(sim: Simulator, job: _Job, fits: list[_Worker]) -> str:
+    """Where the job adds the least predicted completion (specon.core.progress.choose_node)."""
+    nodes = [sim._node(w, [sim.jobs[n] for n in w.reserved]) for w in fits]
+    load = sim._load(job, fits[0]) if len(fits) == 1 else sim._placement_load(job)
+    return choose_node(nodes, load, sim.cfg.weights) or fits[0].name
+
+
+def _no_moves(sim: Simulator, requests: list[_Job]) -> None:
+    del sim, requests
+
+
+def _specon_moves(sim: Simulator, requests: list[_Job]) -> None:
+    """Algorithm 4 for each reallocation request, then Algorithm 5."""
+    for job in requests:
+        sim._reallocate(job)
+    if sim.cfg.rebalance:
+        sim._rebalance()
+
+
+def _progress_moves(sim: Simulator, requests: list[_Job]) -> None:
+    del requests
+    sim._progress_moves()
+
+
+PLACEMENTS.update(spread=_spread, specon=_specon_place, progress=_progress_place)
+MOVES.update(none=_no_moves, specon=_specon_moves, progress=_progress_moves)

@@ -93,3 +93,26 @@ def test_validate_and_experiments(workload_file: Path):
     assert r.returncode == 0 and "8 jobs" in r.stdout
     r = specon("experiments")
     assert r.returncode == 0 and "paper-30" in r.stdout
+
+
+def test_generate_writes_a_valid_random_workload(tmp_path: Path):
+    out = tmp_path / "random.json"
+    r = specon("generate", "7", "--out", str(out), "--workers", "3-4", "--jobs", "5-6")
+    assert r.returncode == 0, r.stderr
+    assert specon("validate", str(out)).returncode == 0
+    data = json.loads(out.read_text())
+    assert 3 <= len(data["cluster"]["workers"]) <= 4 and 5 <= len(data["jobs"]) <= 6
+    again = specon("generate", "7", "--workers", "3-4", "--jobs", "5-6")
+    assert json.loads(again.stdout) == data  # one seed, one workload
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--workers", "x"], "--workers: 'x' is not a range"),
+    (["--workers", "5-2"], "--workers: needs 0 < low <= high"),
+    (["--cpus", "2.5-4"], "--cpus: '2.5-4' is not a range of whole numbers"),
+    (["--speed", "0-1"], "--speed: needs 0 < low <= high"),
+    (["--load", "nan-1"], "--load"),
+])
+def test_generate_refuses_bad_ranges_in_one_line(args, needle):
+    r = specon("generate", "1", *args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr

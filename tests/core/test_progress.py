@@ -1,0 +1,92 @@
+"""The progress-aware policy's pure rules (specon/core/progress.py)."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specon.core.categorize import Category
+from specon.core.progress import (
+    JobLoad,
+    NodeLoad,
+    choose_node,
+    node_shares,
+    plan_moves,
+    threads_for,
+)
+from specon.core.speedup import Curve
+
+ONE = Curve.of([(1, 1.0)])
+CNN = Curve.of([(1, 1.0), (2, 1.46), (4, 2.71), (8, 5.24)])
+
+
+def job(name, work, curve=ONE, cap=1.0, **kw):
+    return JobLoad(name, work, curve, cap, **kw)
+
+
+def test_least_work_left_gets_a_core_first_and_the_rest_keep_a_floor():
+    shares = node_shares(2, [job("long", 900), job("short", 10), job("mid", 100)])
+    assert shares["short"] == pytest.approx(1.0) and shares["mid"] == pytest.approx(1.0 - 0.05)
+    assert shares["long"] == pytest.approx(0.05)
+
+
+def test_spare_cores_go_to_the_job_that_scales():
+    shares = node_shares(8, [job("cnn", 100, CNN, cap=8), job("flat", 50, ONE, cap=8)])
+    assert shares["flat"] == pytest.approx(1.0) and shares["cnn"] == pytest.approx(7.0)
+
+
+def test_a_progressing_job_goes_before_a_converged_one_with_less_than_twice_its_work():
+    a = job("pc", 150, category=Category.PROGRESSING)
+    b = job("cc", 100, category=Category.CONVERGED)
+    assert node_shares(1, [a, b])["pc"] > node_shares(1, [a, b])["cc"]
+    c = job("pc2", 250, category=Category.PROGRESSING)
+    assert node_shares(1, [c, b])["cc"] > node_shares(1, [c, b])["pc2"]
+
+
+def test_a_starved_job_is_served_first():
+    shares = node_shares(4, [job("starved", 1e6, CNN, cap=4, starved=True), job("s", 1)])
+    assert shares["starved"] == pytest.approx(4 - 0.05)
+
+
+@given(st.floats(0.5, 64), st.lists(st.tuples(st.floats(0.1, 1e5), st.floats(0.1, 16),
+                                              st.booleans()), min_size=1, max_size=20))
+def test_shares_never_exceed_the_node_or_a_cap(cpus, specs):
+    jobs = [job(f"j{i}", w, CNN, cap=c, starved=s) for i, (w, c, s) in enumerate(specs)]
+    shares = node_shares(cpus, jobs)
+    assert sum(shares.values()) <= cpus + 1e-9
+    for j in jobs:
+        assert 0 < shares[j.name] <= j.cap + 1e-9
+
+
+def test_a_fixed_thread_count_makes_a_squeezed_job_worth_more_cores():
+    fixed = node_shares(4, [job("a", 100, CNN, cap=4, threads=4), job("b", 10, CNN, cap=4)])
+    free = node_shares(4, [job("a", 100, CNN, cap=4), job("b", 10, CNN, cap=4)])
+    assert fixed["a"] >= free["a"]
+
+
+def test_threads_follow_the_limit():
+    assert threads_for(CNN, 0.05, 8) == 1
+    assert threads_for(CNN, 3.0, 8) == 3
+    assert threads_for(CNN, 5.0, 4) == 4
+    assert threads_for(Curve.of([(1, 1.0), (2, 0.7)]), 1.9, 8) == 1  # more threads: slower
+
+
+def test_a_new_job_goes_to_an_empty_node_rather_than_beside_others():
+    busy = NodeLoad("busy", 4, 1.0, (job("x", 100, cap=1),))
+    empty = NodeLoad("empty", 4, 1.0)
+    assert choose_node([busy, empty], job("new", 100, cap=1)) == "empty"
+
+
+def test_a_fast_node_wins():
+    slow, fast = NodeLoad("slow", 4, 0.5), NodeLoad("fast", 4, 2.0)
+    assert choose_node([slow, fast], job("new", 100, CNN, cap=4)) == "fast"
+
+
+def test_a_move_happens_only_when_it_pays():
+    crowded = NodeLoad("crowded", 1, 1.0, (job("a", 100), job("b", 100), job("c", 100)))
+    idle = NodeLoad("idle", 1, 1.0)
+    moves = plan_moves([crowded, idle], {"a": 5, "b": 5, "c": 5}, frozenset("abc"))
+    assert len(moves) == 1 and moves[0].target == "idle" and moves[0].gain_s > 0
+    assert plan_moves([crowded, idle], dict.fromkeys("abc", 1e6), frozenset("abc")) == []
+    assert plan_moves([crowded, idle], {"a": 5}, frozenset()) == []  # nothing movable
+    assert plan_moves([crowded, idle], {"a": 5}, frozenset("abc"),
+                      busy=frozenset({"idle"})) == []
