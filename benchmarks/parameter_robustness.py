@@ -28,10 +28,10 @@ def main() -> None:
                         interval_s=interval)
         total, cells = 0.0, []
         for e in EXPERIMENT_NAMES:
-            mx = run_matrix(e, EXPERIMENTS[e].build, ["specon+flowcon"], seeds, cfg)
+            mx = run_matrix(e, EXPERIMENTS[e].build, ["paper"], seeds, cfg)
             mx.runs["default"] = base[e].runs["default"]
-            avg = mx.vs_default("specon+flowcon", "avg_completion_s").mean
-            mk = mx.vs_default("specon+flowcon", "makespan_s").mean
+            avg = mx.vs_default("paper", "avg_completion_s").mean
+            mk = mx.vs_default("paper", "makespan_s").mean
             total += avg + mk
             cells.append(f"{avg:+.1f}% / {mk:+.1f}%")
         print(f"| {alpha:g} | {beta:g} | {interval:g} s | {total / len(EXPERIMENT_NAMES):+.2f} | "

@@ -121,7 +121,7 @@ def _summary_table(mx: Matrix) -> Table:
         mk = mx.metric(p, "makespan_s")
         is_ref = p in ("default", "oracle")
         t.add_row(
-            p + (" (reference)" if p == "oracle" else ""),
+            p + (" (lower bound)" if p == "oracle" else ""),
             f"{_fmt(avg.mean)} ± {_fmt(avg.ci95)}",
             "" if is_ref else _pct(mx.vs_default(p, "avg_completion_s").mean),
             _fmt(mx.metric(p, "p50_completion_s").mean),

@@ -56,7 +56,8 @@ def run_sweep(
     progress: Progress,
 ) -> list[dict[str, Any]]:
     """Run every combination; the baseline policies run once (they ignore the parameters)."""
-    tuned = [p for p in policies if p in ("flowcon", "specon", "specon+flowcon", "slaq")]
+    tuned = [p for p in policies if p in ("flowcon", "specon", "specon+flowcon", "paper",
+                                          "paper-specon", "slaq")]
     if not tuned:
         tuned = ["specon+flowcon"]
     keys = sorted(grid)
