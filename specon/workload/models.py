@@ -5,11 +5,13 @@ Unknown keys are errors; every number is checked for sign and finiteness.
 
 from __future__ import annotations
 
-import bisect
+import functools
 import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from specon.core.speedup import Curve
 
 FORMAT = "specon-workload/v1"
 
@@ -59,17 +61,12 @@ class Profile(_Strict):
 
     def speed(self, cores: float) -> float:
         """Speed with ``cores`` cores relative to one core (linear below the smallest key)."""
-        if cores <= 0:
-            return 0.0
-        xs, ys = self.speedup_points()
-        cores = min(cores, xs[-1])
-        if cores <= xs[0]:
-            return ys[0] * cores / xs[0]
-        i = bisect.bisect_left(xs, cores)
-        if xs[i] == cores:
-            return ys[i]
-        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-        return y0 + (y1 - y0) * (cores - x0) / (x1 - x0)
+        return _curve(tuple(sorted((float(k), v) for k, v in self.speedup.items()))).at(cores)
+
+
+@functools.cache
+def _curve(points: tuple[tuple[float, float], ...]) -> Curve:
+    return Curve.of(points)
 
 
 class WorkerSpec(_Strict):
