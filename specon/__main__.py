@@ -1,5 +1,5 @@
 """`python -m specon` is the `specon` command."""
 
-from specon.cli import main
+from specon._entry import main
 
 main()

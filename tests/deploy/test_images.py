@@ -11,13 +11,12 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from deploylib import ROOT
+from deploylib import ROOT, role_requirements
 from planelib import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -39,7 +38,7 @@ def context(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "wheels-py311-" + hashlib.sha256(pyproject).hexdigest()[:16])
     if not (cache / ".complete").exists():
         cache.mkdir(parents=True, exist_ok=True)
-        deps = tomllib.loads(pyproject.decode())["project"]["dependencies"]
+        deps = role_requirements("agent", "manager")
         # Wheels for the base image's interpreter (CPython 3.11 on glibc x86-64).
         _pip("download", "--only-binary=:all:", "--python-version", "3.11",
              "--implementation", "cp", "--platform", "manylinux2014_x86_64",
