@@ -42,9 +42,9 @@ def test_the_manager_installs_no_container_engine_client_or_plotting():
 
 def test_the_sdk_imports_with_the_standard_library_alone(tmp_path):
     # a bare interpreter with only the repository on its path: no site-packages at all
-    code = ("import sys; sys.path.insert(0, %r); import specon.sdk as s; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('pydantic', 'numpy', 'fastapi', 'kubernetes', 'matplotlib', 'httpx')))" % str(ROOT))
+    heavy = ("pydantic", "numpy", "fastapi", "kubernetes", "matplotlib", "httpx")
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import specon.sdk; "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}))")
     r = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
                        timeout=60, check=False)
     assert r.returncode == 0, r.stderr
