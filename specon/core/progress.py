@@ -169,13 +169,24 @@ def backlog(node: NodeLoad) -> float:
     return sum(j.work for j in node.jobs) / node.capacity
 
 
+#: How many nodes, the least loaded, placement and moves look at (a large cluster's cost).
+CANDIDATES = 16
+
+
+def least_loaded(nodes: Sequence[NodeLoad], k: int = CANDIDATES) -> list[NodeLoad]:
+    """The ``k`` nodes with the least backlog (ties: the larger, then by name)."""
+    return sorted(nodes, key=lambda n: (backlog(n), -n.capacity, n.name))[:k]
+
+
 def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
                 tolerance: float = 0.01) -> str | None:
     """The node where the new job adds the least; among nodes within ``tolerance`` of the
     least (the model sees no cost in sharing a node whose jobs cannot use all of it, a real
-    node does), the one with the least backlog, then the larger, then by name."""
+    node does), the one with the least backlog, then the larger, then by name. Only the
+    CANDIDATES least loaded nodes are compared."""
     if not nodes:
         return None
+    nodes = least_loaded(nodes)
     delta = {n.name: placement_delta(n, job, weights) for n in nodes}
     least = min(delta.values())
     near = [n for n in nodes if delta[n.name] <= least + tolerance * max(least, 1e-9)]
@@ -201,8 +212,11 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
     both nodes falls by more than the move's cost counted for the job and for every job of the
     target it would delay.
     """
-    by_name = {n.name: n for n in nodes}
     sums = {n.name: predicted_sum(n, None, weights) for n in nodes}
+    # a large cluster's cost: sources among the most loaded, targets among the least
+    by_load = sorted(nodes, key=lambda n: (backlog(n), -n.capacity, n.name))
+    if len(nodes) > 2 * CANDIDATES:
+        nodes = by_load[:CANDIDATES] + by_load[-CANDIDATES:]
     plans: list[PlannedMove] = []
     used: set[str] = set(busy)
     for _ in range(limit):
@@ -229,13 +243,6 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
         if best is None:
             break
         plans.append(best)
+        # both ends are now busy; no other node's prediction changed
         used.update((best.source, best.target))
-        src_node, dst_node = by_name[best.source], by_name[best.target]
-        job = next(x for x in src_node.jobs if x.name == best.job)
-        by_name[best.source] = NodeLoad(src_node.name, src_node.cpus, src_node.speed,
-                                        tuple(x for x in src_node.jobs if x.name != job.name))
-        by_name[best.target] = NodeLoad(dst_node.name, dst_node.cpus, dst_node.speed,
-                                        (*dst_node.jobs, job))
-        nodes = list(by_name.values())
-        sums = {n.name: predicted_sum(n, None, weights) for n in nodes}
     return plans

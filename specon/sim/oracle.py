@@ -26,6 +26,7 @@ It knows every job's remaining work: it is the headroom line, never a competitor
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from specon.workload.models import JobSpec, Workload
 
 #: Slots over the horizon: more is tighter (and slower).
 SLOTS = 240
+#: Above this many jobs the programme is too large; a looser bound in O(n log n) is used.
+LP_MAX_JOBS = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class _Job:
     segments: tuple[tuple[float, float], ...]  # speed <= a * u + b on the hull, per piece
     top: float  # iterations per second at best (any real worker)
     u_top: float  # cores (on the fastest worker) at which the hull reaches its top
+    slope: float  # the hull's first slope: speed per core at best
 
 
 def _end_iteration(spec: JobSpec, workload: Workload) -> float:
@@ -81,7 +85,7 @@ def _jobs(workload: Workload) -> tuple[list[_Job], float, float]:
         segs.append((0.0, hull[-1][1]))  # flat beyond the top
         top = max(w.speed * curve.envelope(w.cpus) for w in workload.cluster.workers) / cost
         out.append(_Job(spec, spec.submit_s, _end_iteration(spec, workload), cost,
-                        tuple(segs), top, hull[-1][0]))
+                        tuple(segs), top, hull[-1][0], segs[0][0]))
     return out, s_max, pool
 
 
@@ -124,9 +128,46 @@ def _horizon(jobs: list[_Job], pool: float, s_max: float) -> float:
     return now
 
 
+def pooled_bound(jobs: list[_Job], pool: float) -> dict[str, float]:
+    """A looser bound in O(n log n), for workloads too large for the programme: the larger of
+    (a) shortest remaining first on one machine of the pool's capacity, each job needing at
+    least ``work * cost / slope`` speed-weighted core-seconds (no schedule uses fewer: the
+    hull lies under its first slope), optimal for one preemptive machine; (b) every job alone
+    at its top speed. Both bound the sum of completion times; the larger is returned."""
+    need = {j.spec.name: j.work * j.cost / j.slope for j in jobs}
+    pending = sorted(jobs, key=lambda j: (j.release, j.spec.name))
+    heap: list[tuple[float, str]] = []
+    left: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    now, i = 0.0, 0
+    while i < len(pending) or heap:
+        if not heap:
+            now = max(now, pending[i].release)
+        while i < len(pending) and pending[i].release <= now + 1e-12:
+            name = pending[i].spec.name
+            left[name] = need[name]
+            heapq.heappush(heap, (left[name], name))
+            i += 1
+        rem, name = heapq.heappop(heap)
+        nxt = pending[i].release if i < len(pending) else math.inf
+        done_at = now + rem / pool
+        if done_at <= nxt:
+            finish[name] = done_at
+            now = done_at
+        else:
+            left[name] = rem - (nxt - now) * pool
+            heapq.heappush(heap, (left[name], name))
+            now = nxt
+    solo = {j.spec.name: j.release + j.work / j.top for j in jobs}
+    return finish if sum(finish.values()) >= sum(solo.values()) else solo
+
+
 def lower_bound(workload: Workload, slots: int = SLOTS) -> tuple[float, dict[str, float]]:
     """(sum of completion times bound, each job's share as an absolute finish time)."""
     jobs, s_max, pool = _jobs(workload)
+    if len(jobs) > LP_MAX_JOBS:
+        finish = pooled_bound(jobs, pool)
+        return sum(finish.values()), finish
     horizon = max(_horizon(jobs, pool, s_max), max(j.release for j in jobs) + 1e-6)
     dt = horizon / slots
     starts = np.arange(slots) * dt

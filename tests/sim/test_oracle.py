@@ -121,3 +121,18 @@ def test_headroom_is_blank_where_the_oracle_is_not_better_than_default():
         j.finish_s = j.submit_s + 0.5 * j.completion_s
     mx.runs["oracle"] = [good_ref]
     assert mx.headroom("las", "avg_completion_s").mean == pytest.approx(-25.4, abs=0.1)
+
+
+def test_the_large_workload_bound_is_below_every_policy_too(monkeypatch):
+    from specon.sim import oracle
+
+    monkeypatch.setattr(oracle, "LP_MAX_JOBS", 0)  # force the bound used above 400 jobs
+    shape = Shape(workers=(1, 4), cpus=(1, 8), jobs=(1, 8), minutes=(0.5, 5.0), load=(0.3, 3.0))
+    for seed in range(60):
+        wl = parse_workload(generate(seed, _profiles(random.Random(seed)), shape),
+                            Path(f"random-{seed}.json"))
+        bound = avg(simulate_oracle(wl))
+        for policy in RIVALS:
+            got = avg(Simulator(wl, POLICIES[policy], SimConfig(record_timeline=False),
+                                seed=seed).run())
+            assert bound <= got * (1 + 1e-6), (seed, policy, bound, got)
