@@ -1,4 +1,4 @@
-"""The agent's half of the thread hint (docs/training-contract.md §6): after it changes a job's
+"""The agent's half of the thread hint (docs/training-contract.md §8): after it changes a job's
 CPU limit it writes ``threads.json`` into the job's checkpoint directory, beside the checkpoint
 request, naming the thread count for that limit (:func:`specon.core.threads.threads_for_limit`).
 The job's SDK reads it between steps. Kept apart from the loop so that file access stays in one

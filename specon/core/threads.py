@@ -1,6 +1,6 @@
-"""How many threads a job should run under a CPU limit (issue 12, "threads that follow the
-limit"). The agent writes this count into the job's thread hint (docs/training-contract.md §6);
-the simulator's node model may use the same rule for jobs that follow the hint.
+"""How many threads a job should run under a CPU limit: the count the agent writes into the
+job's thread hint (docs/training-contract.md §8); the simulator's node model may use the same
+rule for jobs that follow the hint.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class Checkpointer:
         on_threads: Callable[[int], None] | None = None,
         follow_threads: bool = True,
     ) -> None:
-        """``on_threads``: called with the agent's thread hint when it changes (§6);
+        """``on_threads``: called with the agent's thread hint when it changes (§8);
         ``follow_threads=False`` ignores the hint."""
         if directory is None:
             directory = os.environ.get(ENV_CHECKPOINT_DIR) or None

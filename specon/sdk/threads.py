@@ -1,6 +1,6 @@
 """The thread hint: the agent writes ``threads.json`` beside the checkpoint request when it
 changes the job's CPU limit; the job reads it between steps and runs that many threads, so a
-throttled job does not pay the quota penalty (docs/training-contract.md §6).
+throttled job does not pay the quota penalty (docs/training-contract.md §8).
 
 The file comes from outside the job and is validated as hostile: at most
 :data:`MAX_HINT_BYTES`, a JSON object whose ``threads`` is an integer in 1..:data:`MAX_THREADS`.

@@ -1,4 +1,4 @@
-"""The agent's half of the thread hint (docs/training-contract.md §6): after a limit change it
+"""The agent's half of the thread hint (docs/training-contract.md §8): after a limit change it
 writes threads.json atomically into the job's checkpoint directory, only when the count changes,
 and a real SDK Checkpointer in that directory follows it."""
 

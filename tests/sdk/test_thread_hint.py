@@ -1,4 +1,4 @@
-"""The SDK's half of the thread hint (docs/training-contract.md §6): read between steps only
+"""The SDK's half of the thread hint (docs/training-contract.md §8): read between steps only
 when the file changed, validated as hostile input (one message per bad content, never a crash),
 capped by the cores the process sees, applied through the callback."""
 
