@@ -35,6 +35,7 @@ def write_thread_hint(
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-threads-")
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide it from a job running as another user
         with os.fdopen(fd, "w") as f:
             json.dump(body, f)
         os.replace(tmp, path)

@@ -43,6 +43,7 @@ def test_the_hint_follows_each_limit_change_and_the_job_applies_it(tmp_path: Pat
     job.step_end(3, {"w": 3})
     assert applied == [3, 1, 8]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    assert (tmp_path / THREADS_FILE).stat().st_mode & 0o777 == 0o644  # readable by the job
 
 
 def test_an_unchanged_count_is_not_written_again(tmp_path: Path) -> None:
