@@ -20,7 +20,7 @@ from specon_agent.agent import Agent, LoopConfig
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Arrived, DockerDiscovery
 
-pytestmark = [pytest.mark.docker, pytest.mark.torch, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
 
 NODE_CPUS = 2.0  # the agent's view of the node: limits are fractions of it
 
