@@ -16,7 +16,7 @@ import queue
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,6 +265,17 @@ class Agent:
                                     job.target.name)
         if written is not None:
             job.threads_hint = written
+
+    def _hint_restored(self, failed: Mapping[str, ActuatorError]) -> None:
+        """The limits went back to what they were: so do the thread hints written for them."""
+        for cid, job in self.jobs.items():
+            if job.threads_hint is None or cid in failed:
+                continue
+            try:
+                cores = self.actuator.read(cid).cores
+            except ActuatorError:
+                continue  # gone: nobody to tell
+            self._hint_threads(cid, cores)
 
     # -- intervals ----------------------------------------------------------------------------
     def _cpu(self) -> dict[str, int | None]:
@@ -608,4 +619,5 @@ class Agent:
             failed = self.actuator.restore_all()
             for cid, exc in failed.items():
                 log.warning("could not restore the limit of %s: %s", cid[:12], exc)
+            self._hint_restored(failed)
             log.info("restored the limits this agent changed (%d failed)", len(failed))

@@ -1,7 +1,8 @@
 """The thread hint on the real engine (docs/training-contract.md §8): a real PyTorch training
 container started with more threads (4) than the CPU limit the agent then gives it; the agent writes
 the CFS quota (`docker inspect`) and `threads.json` in the job's checkpoint directory (a bind
-mount), and the job's SDK applies the count between steps (its `threads` events)."""
+mount), and the job's SDK applies the count between steps (its `threads` events); when the
+agent exits and restores the limit, the thread count follows back."""
 
 from __future__ import annotations
 
@@ -84,7 +85,17 @@ def test_a_throttled_job_follows_the_agents_thread_hint(
             120, lambda: container.logs().decode(errors="replace"))
         container.reload()
         assert container.status == "running"
-        assert not [r for r in progress(records) if r["event"] == "threads-rejected"]
+        # Down to one core again, then the agent exits: the limit it changed is restored
+        # (two cores, as the container started) and so is the thread count.
+        agent.control.set_qos_limits({container.id: 0.5}, 0.0)
+        agent.apply(time.time())
+        wait_for("the job to follow the lowered limit", lambda: threads_events() == [1, 2, 1],
+                 120, lambda: container.logs().decode(errors="replace"))
         agent.close()
+        assert quota(container) == 200_000
+        wait_for("the job to follow the restored limit",
+                 lambda: threads_events() == [1, 2, 1, 2], 120,
+                 lambda: container.logs().decode(errors="replace"))
+        assert not [r for r in progress(records) if r["event"] == "threads-rejected"]
     finally:
         container.remove(force=True)
