@@ -16,13 +16,14 @@ import queue
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from specon import defaults
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
+from specon.core.threads import threads_for_limit
 from specon.core.urgency import Assessment, prioritised, qos_limits
 from specon.sdk import SAVED_FILE, verify_checkpoint
 from specon.wire import (
@@ -43,6 +44,7 @@ from .manager import ManagerLink
 from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
 from .progress import ProgressSource
 from .qos import JobQos
+from .threads import write_thread_hint
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class _Followed:
     saved_seen: tuple[str, str, tuple[int, ...]] | None = None
     checkpoint: SavedCheckpoint | None = None
     qos: JobQos | None = None  # its target / deadline, when the pod states one
+    threads_hint: int | None = None  # the thread count last written into its threads.json
 
 
 @dataclass
@@ -237,6 +240,7 @@ class Agent:
             before = ch.before.cores if ch.before.cores is not None else math.inf
             after = ch.after.cores if ch.after.cores is not None else math.inf
             self.metrics.limit_writes.labels("down" if after < before else "up").inc()
+            self._hint_threads(ch.container_id, ch.after.cores)
         gone = []
         for cid, exc in failed.items():
             self.metrics.limit_failures.labels(exc.reason).inc()
@@ -249,6 +253,29 @@ class Agent:
                 self._retry_at = now + self.config.poll_s
         for cid in gone:
             self.depart(cid, now, "vanished (container or cgroup gone)")
+
+    def _hint_threads(self, cid: str, cores: float | None) -> None:
+        """Tell the job how many threads its new limit is worth (training contract §6)."""
+        job = self.jobs.get(cid)
+        if job is None or job.target.checkpoint_dir is None:
+            return
+        if threads_for_limit(cores, self.actuator.node_cpus) == job.threads_hint:
+            return
+        written = write_thread_hint(job.target.checkpoint_dir, cores, self.actuator.node_cpus,
+                                    job.target.name)
+        if written is not None:
+            job.threads_hint = written
+
+    def _hint_restored(self, failed: Mapping[str, ActuatorError]) -> None:
+        """The limits went back to what they were: so do the thread hints written for them."""
+        for cid, job in self.jobs.items():
+            if job.threads_hint is None or cid in failed:
+                continue
+            try:
+                cores = self.actuator.read(cid).cores
+            except ActuatorError:
+                continue  # gone: nobody to tell
+            self._hint_threads(cid, cores)
 
     # -- intervals ----------------------------------------------------------------------------
     def _cpu(self) -> dict[str, int | None]:
@@ -592,4 +619,5 @@ class Agent:
             failed = self.actuator.restore_all()
             for cid, exc in failed.items():
                 log.warning("could not restore the limit of %s: %s", cid[:12], exc)
+            self._hint_restored(failed)
             log.info("restored the limits this agent changed (%d failed)", len(failed))

@@ -19,6 +19,7 @@ from specon.sdk.checkpoint import (
     verify_checkpoint,
 )
 from specon.sdk.progress import ENV_PROGRESS_FILE, Reporter, default_reporter, report
+from specon.sdk.threads import THREADS_FILE, ThreadHint
 
 __all__ = [
     "ENV_CHECKPOINT_DIR",
@@ -27,10 +28,12 @@ __all__ = [
     "EXIT_STOPPED",
     "REQUEST_FILE",
     "SAVED_FILE",
+    "THREADS_FILE",
     "Checkpointer",
     "Reporter",
     "Restored",
     "Saved",
+    "ThreadHint",
     "TorchCheckpointer",
     "default_reporter",
     "report",

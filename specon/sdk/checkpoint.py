@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Any
 
 from specon.sdk.progress import Reporter, default_reporter
+from specon.sdk.threads import ThreadHint
 
 #: Directory where checkpoints go (on the shared volume). Unset: checkpointing is off.
 ENV_CHECKPOINT_DIR = "SPECON_CHECKPOINT_DIR"
@@ -130,7 +131,11 @@ class Checkpointer:
         every: int | None = None,
         reporter: Reporter | None = None,
         handle_sigterm: bool = True,
+        on_threads: Callable[[int], None] | None = None,
+        follow_threads: bool = True,
     ) -> None:
+        """``on_threads``: called with the agent's thread hint when it changes (§8);
+        ``follow_threads=False`` ignores the hint."""
         if directory is None:
             directory = os.environ.get(ENV_CHECKPOINT_DIR) or None
         if every is None:
@@ -143,6 +148,9 @@ class Checkpointer:
         self._stop_reason = ""
         self._last: Saved | None = None
         self._handled_request: str | None = None
+        self.thread_hint: ThreadHint | None = None
+        if self.directory is not None and follow_threads:
+            self.thread_hint = ThreadHint(self.directory, on_threads, reporter=reporter)
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._handled_request = self._read_saved().get("request")
@@ -164,6 +172,11 @@ class Checkpointer:
     @property
     def stop_requested(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def threads(self) -> int | None:
+        """The thread count the agent's hint asks for (None: no valid hint yet)."""
+        return self.thread_hint.threads if self.thread_hint is not None else None
 
     @property
     def reporter(self) -> Reporter:
@@ -260,6 +273,8 @@ class Checkpointer:
         """Call after each completed step; saves when due and exits 143 when told to stop."""
         if self.directory is None:
             return None
+        if self.thread_hint is not None:
+            self.thread_hint.poll(step)
         request = self._pending_request()
         stop = self._stop.is_set()
         due = self.every > 0 and step % self.every == 0

@@ -14,6 +14,12 @@ from typing import Any
 from specon.sdk.checkpoint import Checkpointer, Restored, Saved
 
 
+def _set_torch_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 class TorchCheckpointer(Checkpointer):
     """Checkpoints a model with its optimizer and scheduler.
 
@@ -32,6 +38,7 @@ class TorchCheckpointer(Checkpointer):
         extra: Callable[[], Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("on_threads", _set_torch_threads)
         super().__init__(**kwargs)
         self.model = model
         self.optimizer = optimizer
