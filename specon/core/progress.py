@@ -25,7 +25,6 @@ Pure: state in, decisions out.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -129,14 +128,6 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
         out[best.name] += step_best
         left -= step_best
     return out
-
-
-def threads_for(curve: Curve, cores: float, most: float) -> int:
-    """The thread count to hint for a job held to ``cores``: the faster of the two whole
-    numbers around it, at least 1 and at most ``most`` (the cores it can see)."""
-    lo = max(1, min(math.floor(cores + 1e-6), int(most)))
-    hi = max(1, min(lo + 1, int(most)))
-    return max((lo, hi), key=lambda k: (thread_speed(curve, k, cores), -k))
 
 
 def _top_rate(job: JobLoad, node: NodeLoad) -> float:

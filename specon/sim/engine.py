@@ -32,11 +32,11 @@ from specon.core.progress import (
     choose_node,
     node_shares,
     plan_moves,
-    threads_for,
 )
 from specon.core.rebalance import PlacedJob, plan_rebalance
 from specon.core.scoring import WorkerView, choose_host
 from specon.core.speedup import Curve, interference, thread_speed
+from specon.core.threads import threads_for_limit
 from specon.core.urgency import (
     GIVEN_UP,
     ON_TRACK,
@@ -804,9 +804,8 @@ def _progress(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -
                                zip(jobs, sim._hinted_caps(w, jobs), strict=True)],
                       [1.0] * len(jobs))
     for j in jobs:
-        if sim._hints(j):
-            j.threads = threads_for(j.curve, shares[j.spec.name],
-                                    min(w.cpus, j.curve.max_cores))
+        if sim._hints(j):  # the agent's rule for the hint (specon.core.threads)
+            j.threads = min(threads_for_limit(shares[j.spec.name], w.cpus), j.curve.max_cores)
     return cores
 
 

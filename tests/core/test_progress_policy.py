@@ -11,7 +11,6 @@ from specon.core.progress import (
     choose_node,
     node_shares,
     plan_moves,
-    threads_for,
 )
 from specon.core.speedup import Curve
 
@@ -61,13 +60,6 @@ def test_a_fixed_thread_count_makes_a_squeezed_job_worth_more_cores():
     fixed = node_shares(4, [job("a", 100, CNN, cap=4, threads=4), job("b", 10, CNN, cap=4)])
     free = node_shares(4, [job("a", 100, CNN, cap=4), job("b", 10, CNN, cap=4)])
     assert fixed["a"] >= free["a"]
-
-
-def test_threads_follow_the_limit():
-    assert threads_for(CNN, 0.05, 8) == 1
-    assert threads_for(CNN, 3.0, 8) == 3
-    assert threads_for(CNN, 5.0, 4) == 4
-    assert threads_for(Curve.of([(1, 1.0), (2, 0.7)]), 1.9, 8) == 1  # more threads: slower
 
 
 def test_a_new_job_goes_to_an_empty_node_rather_than_beside_others():
