@@ -157,6 +157,12 @@ def main() -> None:
                   end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     table = summarise(rows, policies)
+    if "oracle" in policies:  # the bound must hold on every workload, for every policy
+        beaten = [(r["workload"], p) for r in rows for p in policies if p != "oracle"
+                  and r["policies"][p]["avg_completion_s"]
+                  < r["policies"]["oracle"]["avg_completion_s"] * (1 - 1e-6)]
+        print(f"oracle below every policy on every workload: {'yes' if not beaten else 'NO'}"
+              + (f" (beaten: {beaten[:5]})" if beaten else ""), file=sys.stderr)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"command": " ".join(sys.argv[1:]), "seconds": time.time()
                                  - started, "config": cfg, "table": table, "workloads": rows},
