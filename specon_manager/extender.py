@@ -17,8 +17,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from specon.core.qos_sched import qos_placement_scores
-from specon.core.scoring import placement_scores
 from specon_manager.qos import QosBook
 from specon_manager.state import ClusterState, is_training_pod, reservation_key
 
@@ -68,17 +66,47 @@ def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]
         raise BadRequest("Nodes must be a NodeList with items")
     out: list[str] = []
     for item in items:
-        try:
-            out.append(str(item["metadata"]["name"]))
-        except (KeyError, TypeError) as exc:
-            raise BadRequest("every node in Nodes.items needs metadata.name") from exc
+        name = item.get("metadata", {}).get("name") if isinstance(item, dict) and isinstance(
+            item.get("metadata", {}), dict) else None
+        if not isinstance(name, str):
+            raise BadRequest("every node in Nodes.items needs metadata.name (a string)")
+        out.append(name)
     return out, items
 
 
+def _str_map(obj: Mapping[str, Any], key: str, where: str) -> None:
+    value = obj.get(key)
+    if value is None:
+        return
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise BadRequest(f"{where}.{key} must be an object of strings")
+
+
 def _pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod, with the parts this module reads checked for type (a wrongly typed pod is a
+    400 naming the field, never an error inside)."""
     pod = args.get("Pod")
     if not isinstance(pod, dict):
         raise BadRequest("Pod must be an object")
+    meta = pod.get("metadata")
+    if meta is not None:
+        if not isinstance(meta, dict):
+            raise BadRequest("Pod.metadata must be an object")
+        _str_map(meta, "labels", "Pod.metadata")
+        _str_map(meta, "annotations", "Pod.metadata")
+        for key in ("name", "namespace", "uid", "creationTimestamp"):
+            if meta.get(key) is not None and not isinstance(meta[key], str):
+                raise BadRequest(f"Pod.metadata.{key} must be a string")
+        refs = meta.get("ownerReferences")
+        if refs is not None and (not isinstance(refs, list) or not all(
+                isinstance(r, dict) for r in refs)):
+            raise BadRequest("Pod.metadata.ownerReferences must be a list of objects")
+    spec = pod.get("spec")
+    if spec is not None:
+        if not isinstance(spec, dict):
+            raise BadRequest("Pod.spec must be an object")
+        if spec.get("schedulerName") is not None and not isinstance(spec["schedulerName"], str):
+            raise BadRequest("Pod.spec.schedulerName must be a string")
     return pod
 
 
@@ -127,9 +155,8 @@ def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_nam
     if res is not None:
         return [{"Host": n, "Score": MAX_PRIORITY if n == res.target else 0} for n in names]
     spec = qos.observe(pod) if qos is not None else None
-    scores: Mapping[str, int]
     if spec is not None:
-        scores = qos_placement_scores(state.qos_views(names), MAX_PRIORITY)
+        scores = state.qos_priorities(names, MAX_PRIORITY)
     else:
-        scores = placement_scores(state.views(names), state.weights, MAX_PRIORITY)
-    return [{"Host": n, "Score": int(scores.get(n, 0))} for n in names]
+        scores = state.priorities(names, MAX_PRIORITY)
+    return [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 
 from specon.core.scoring import Weights
 from specon_manager.app import create_app
-from specon_manager.kube import Kube, KubeError, event_body, meta
+from specon_manager.kube import Kube, KubeError, event_body, meta, pod_path
 from specon_manager.leader import LeaseElector
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
@@ -148,7 +148,21 @@ def _fault_exit(phase: str) -> Any:
 def _warning_sender(kube: Kube) -> Any:
     """Posts a Warning event on a pod (what :class:`QosBook` reports a malformed spec with)."""
     def send(pod: Any, reason: str, message: str) -> None:
-        md: dict[str, Any] = dict(meta(pod))
+        # The pod comes from a caller's body: post only on the pod the API server has under
+        # that name with that UID, with the API's metadata (never the caller's text as object).
+        given: dict[str, Any] = dict(meta(pod))
+        ns, name, uid = given.get("namespace"), given.get("name"), given.get("uid")
+        if not (isinstance(ns, str) and isinstance(name, str) and uid):
+            return
+        try:
+            real = kube.get(pod_path(ns, name))
+        except (KubeError, OSError) as exc:
+            log.warning("event %s on %s/%s not recorded: %s", reason, ns, name, exc)
+            return
+        if real is None or meta(real).get("uid") != uid:
+            log.info("event %s not posted: no pod %s/%s with uid %s", reason, ns, name, uid)
+            return
+        md: dict[str, Any] = dict(meta(real))
         try:
             kube.create(f"/api/v1/namespaces/{md['namespace']}/events", event_body(
                 {"apiVersion": "v1", "metadata": md}, reason, message, warning=True))

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specon.core.categorize import Category
-from specon.core.qos_sched import NodeQos
-from specon.core.scoring import Weights, WorkerView
+from specon.core.qos_sched import NodeQos, qos_priorities
+from specon.core.scoring import Weights, WorkerView, placement_priorities
 from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
@@ -69,6 +69,36 @@ class NodeRecord:
     received: float  # manager clock
 
 
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """What the extender needs of one node, computed once per heartbeat so that a scheduler
+    call is a look-up per node: the SpeCon score of its reported jobs (reservations not
+    included), its load (0..1), free CPUs and at-risk jobs. Replaced whole, never mutated, so
+    a reader without the lock sees one heartbeat's values or the next's, never a mix."""
+
+    received: float  # manager clock
+    score: float
+    load: float
+    free_cpus: float
+    at_risk: int
+
+    @classmethod
+    def of(cls, hb: Heartbeat, received: float, weights: Weights) -> NodeSummary:
+        pc = wc = cc = at_risk = 0
+        for j in hb.jobs:
+            if j.category is Category.PROGRESSING:
+                pc += 1
+            elif j.category is Category.WATCHING:
+                wc += 1
+            else:
+                cc += 1
+            if j.qos == "at-risk":
+                at_risk += 1
+        score = WorkerView(hb.node, pc, wc, cc).score(weights)
+        return cls(received, score, min(1.0, hb.load_cores / hb.capacity_cpus),
+                   max(0.0, hb.capacity_cpus - hb.load_cores), at_risk)
+
+
 @dataclass
 class ClusterState:
     """Everything the extender needs, kept current by heartbeats and the controller."""
@@ -77,23 +107,55 @@ class ClusterState:
     weights: Weights = field(default_factory=Weights)
     clock: Callable[[], float] = time.time
     _nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    _summary: dict[str, NodeSummary] = field(default_factory=dict)
+    _incoming: dict[str, int] = field(default_factory=dict)  # reservations per target
     _reservations: dict[str, Reservation] = field(default_factory=dict)
     _requests: dict[str, dict[str, CheckpointRequest]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- heartbeats -----------------------------------------------------------------------------
-    def record(self, hb: Heartbeat) -> None:
+    def record(self, hb: Heartbeat) -> bool:
+        """Keep ``hb`` as its node's latest (False: an older one, reordered, is dropped)."""
         now = self.clock()
+        summary = NodeSummary.of(hb, now, self.weights)
         with self._lock:
             old = self._nodes.get(hb.node)
             # A late, reordered heartbeat from the same agent never replaces a newer one.
             if old is not None and hb.seq < old.heartbeat.seq and hb.time <= old.heartbeat.time:
-                return
+                return False
             self._nodes[hb.node] = NodeRecord(hb, now)
+            self._summary[hb.node] = summary
+            return True
 
     def forget_node(self, node: str) -> None:
         with self._lock:
             self._nodes.pop(node, None)
+            self._summary.pop(node, None)
+
+    # -- the extender's look-ups (no per-node objects built) ------------------------------------
+    def priorities(self, names: list[str], max_score: int) -> list[int]:
+        """Algorithm 4's extender priorities of these nodes, positionally (0: no fresh
+        heartbeat); a reserved migration target counts its incoming job as converged."""
+        now, stale = self.clock(), self.stale_after_s
+        get = self._summary.get
+        rows = [get(n) for n in names]
+        values: list[tuple[float, float] | None] = [
+            None if r is None or now - r.received > stale else (r.score, r.load) for r in rows]
+        incoming = self._incoming
+        if incoming:
+            w = self.weights.converged
+            values = [v if v is None or n not in incoming else (v[0] + w * incoming[n], v[1])
+                      for n, v in zip(names, values, strict=True)]
+        return placement_priorities(values, max_score)
+
+    def qos_priorities(self, names: list[str], max_score: int) -> list[int]:
+        """The QoS placement's priorities of these nodes, positionally (0: no fresh heartbeat)."""
+        now, stale = self.clock(), self.stale_after_s
+        get = self._summary.get
+        rows = [get(n) for n in names]
+        return qos_priorities(
+            [None if r is None or now - r.received > stale else (r.free_cpus, r.at_risk)
+             for r in rows], max_score)
 
     def is_fresh(self, node: str, now: float | None = None) -> bool:
         now = self.clock() if now is None else now
@@ -216,10 +278,18 @@ class ClusterState:
     def reserve(self, res: Reservation) -> None:
         with self._lock:
             self._reservations[res.key] = res
+            self._recount()
 
     def release(self, key: str) -> None:
         with self._lock:
             self._reservations.pop(key, None)
+            self._recount()
+
+    def _recount(self) -> None:
+        incoming: dict[str, int] = {}
+        for r in self._reservations.values():
+            incoming[r.target] = incoming.get(r.target, 0) + 1
+        self._incoming = incoming  # replaced whole: lock-free readers see one or the other
 
     def source_gone(self, key: str) -> None:
         with self._lock:

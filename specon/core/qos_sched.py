@@ -41,25 +41,28 @@ def qos_value(node: NodeQos, most_free: float) -> float:
 
 
 def qos_placement_scores(nodes: Sequence[NodeQos], max_score: int = 10) -> dict[str, int]:
-    """Extender priorities 0..max_score for a pod with a deadline or a target.
+    """Extender priorities 0..max_score for a pod with a deadline or a target (the rule is
+    :func:`qos_priorities`'s). Unavailable nodes get 0, as in the default scoring."""
+    values = [(n.free_cpus, n.at_risk) if n.available else None for n in nodes]
+    return dict(zip((n.name for n in nodes), qos_priorities(values, max_score), strict=True))
 
-    Each available node's :func:`qos_value` is mapped linearly onto 1..max_score (the best gets
-    max_score, the worst 1; all equal: all max_score). Unavailable nodes get 0, as in the
-    default scoring.
-    """
-    out = dict.fromkeys((n.name for n in nodes), 0)
-    avail = [n for n in nodes if n.available]
+
+def qos_priorities(values: Sequence[tuple[float, int] | None], max_score: int = 10) -> list[int]:
+    """Positionally: ``values[i]`` is a node's (free CPUs, at-risk jobs), None when it has no
+    fresh heartbeat (it gets 0). Each available node's :func:`qos_value` is mapped linearly
+    onto 1..max_score (the best gets max_score, the worst 1; all equal: all max_score)."""
+    avail = [v for v in values if v is not None]
     if not avail:
-        return out
-    most_free = max(max(0.0, n.free_cpus) for n in avail)
-    value = {n.name: qos_value(n, most_free) for n in avail}
-    lo, hi = min(value.values()), max(value.values())
-    for name, v in value.items():
-        frac = 1.0 if hi - lo < 1e-12 else (v - lo) / (hi - lo)
-        out[name] = 1 + round((max_score - 1) * frac)
-    return out
-
-
+        return [0] * len(values)
+    most_free = max(max(0.0, free) for free, _ in avail)
+    value = [None if v is None else qos_value(NodeQos("", v[0], v[1]), most_free)
+             for v in values]
+    present = [v for v in value if v is not None]
+    lo, hi = min(present), max(present)
+    k = max_score - 1
+    if hi - lo < 1e-12:
+        return [0 if v is None else max_score for v in value]
+    return [0 if v is None else 1 + round(k * ((v - lo) / (hi - lo))) for v in value]
 def migration_hold(qos: str, slack_s: float | None, cost_s: float) -> str | None:
     """Why a job must not be moved now (a sentence for the reply), or None.
 

@@ -103,25 +103,40 @@ def choose_host(
 def placement_scores(
     workers: Sequence[WorkerView], weights: Weights = Weights(), max_score: int = 10
 ) -> Mapping[str, int]:
-    """Extender priorities 0..max_score: the lowest SpeCon score gets max_score.
+    """Extender priorities 0..max_score: the lowest SpeCon score gets max_score (the rule is
+    :func:`placement_priorities`'s). Unavailable (unknown, stale) workers get 0."""
+    values = [(w.score(weights), min(1.0, max(0.0, w.load))) if w.available else None
+              for w in workers]
+    return dict(zip((w.name for w in workers), placement_priorities(values, max_score),
+                    strict=True))
 
-    Load breaks ties: it is added to the SpeCon score scaled below half the smallest gap
-    between two distinct scores, so it never reorders different scores; the result is mapped
-    linearly onto 1..max_score. Unavailable (unknown, stale) workers get 0.
+
+def placement_priorities(
+    values: Sequence[tuple[float, float] | None], max_score: int = 10
+) -> list[int]:
+    """Extender priorities 0..max_score, positionally: ``values[i]`` is a worker's (SpeCon
+    score, load in 0..1), None for an unavailable one (it gets 0).
+
+    The lowest score gets max_score. Load breaks ties: it is added to the SpeCon score scaled
+    below half the smallest gap between two distinct scores, so it never reorders different
+    scores; the result is mapped linearly onto 1..max_score (0 is kept for unknown workers).
+    Written for the extender's hot path: plain comprehensions over lists, no objects made per
+    worker.
     """
-    avail = [w for w in workers if w.available]
-    out = dict.fromkeys((w.name for w in workers), 0)
+    avail = [v for v in values if v is not None]
     if not avail:
-        return out
-    raw = sorted({w.score(weights) for w in avail})
+        return [0] * len(values)
+    raw = sorted({s for s, _ in avail})
     gaps = [b - a for a, b in itertools.pairwise(raw) if b - a > 1e-12]
     eps = 0.5 * min(gaps) if gaps else 1.0
-    value = {w.name: w.score(weights) + eps * min(1.0, max(0.0, w.load)) for w in avail}
-    lo, hi = min(value.values()), max(value.values())
-    for name, v in value.items():
-        frac = 1.0 if hi - lo < 1e-12 else (hi - v) / (hi - lo)
-        out[name] = 1 + round((max_score - 1) * frac)  # 0 is kept for unknown workers
-    return out
+    value = [None if v is None else v[0] + eps * v[1] for v in values]
+    present = [v for v in value if v is not None]
+    lo, hi = min(present), max(present)
+    span = hi - lo
+    k = max_score - 1
+    if span < 1e-12:
+        return [0 if v is None else max_score for v in value]
+    return [0 if v is None else 1 + round(k * ((hi - v) / span)) for v in value]
 
 
 def views_from_categories(
