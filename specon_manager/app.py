@@ -310,13 +310,13 @@ class Handlers:
             if not isinstance(args, dict):
                 raise BadRequest("ExtenderArgs must be a JSON object")
             if verb == "filter":
-                reply: Any = filter_nodes(self.state, args, self.sched, self.book)
+                out = Answer(200, orjson.dumps(filter_nodes(self.state, args, self.sched,
+                                                            self.book)))
             else:
-                reply = prioritize_nodes(self.state, args, self.sched, self.book)
+                out = Answer(200, prioritize_nodes(self.state, args, self.sched, self.book))
         except BadRequest as exc:
             self.m.extender_requests.labels(verb, "bad_request").inc()
             return _json(400, {"detail": str(exc)})
-        out = Answer(200, orjson.dumps(reply))
         self.m.extender_requests.labels(verb, "ok").inc()
         self.m.extender_seconds.labels(verb).observe(time.perf_counter() - start)
         return out

@@ -13,8 +13,9 @@ A training pod's QoS annotations are read here (the first sight of the pod, see
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
+import orjson
 from pydantic import BaseModel, ConfigDict
 
 from specon_manager.qos import QosBook
@@ -48,6 +49,27 @@ class HostPriority(_Go):
     Score: int
 
 
+#: ``{"Host":"<name>","Score":`` by node name, built once per name: the HostPriorityList is
+#: written by joining bytes, with no object made per node (bounded; beyond it, not cached).
+_HOST_PREFIX: dict[str, bytes] = {}
+_HOST_PREFIX_MAX = 100_000
+_SCORE_SUFFIX = [f"{s}}}".encode() for s in range(MAX_PRIORITY + 1)]
+
+
+def encode_priorities(names: list[str], scores: list[int]) -> bytes:
+    """The HostPriorityList ``[{"Host": name, "Score": score}, ...]`` as JSON bytes."""
+    found = list(map(_HOST_PREFIX.get, names))
+    if None in found:
+        for i, p in enumerate(found):
+            if p is None:
+                p = found[i] = b'{"Host":' + orjson.dumps(names[i]) + b',"Score":'
+                if len(_HOST_PREFIX) < _HOST_PREFIX_MAX:
+                    _HOST_PREFIX[names[i]] = p
+    prefix = cast(list[bytes], found)  # every None was filled above
+    return b"[" + b",".join(map(bytes.__add__, prefix, map(_SCORE_SUFFIX.__getitem__, scores))
+                            ) + b"]"
+
+
 class BadRequest(ValueError):
     """The scheduler sent something that is not an ExtenderArgs."""
 
@@ -55,7 +77,7 @@ class BadRequest(ValueError):
 def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]] | None]:
     names = args.get("NodeNames")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
             raise BadRequest("NodeNames must be a list of strings")
         return names, None
     nodes = args.get("Nodes")
@@ -143,20 +165,22 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: s
 
 
 def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: str,
-                     qos: QosBook | None = None) -> list[dict[str, Any]]:
-    """HostPriorityList for ``args``: 0..10, higher is better; 0 for unknown or stale nodes.
+                     qos: QosBook | None = None) -> bytes:
+    """HostPriorityList for ``args`` (JSON bytes): 0..10, higher is better; 0 for unknown or
+    stale nodes.
     A pod with a deadline or a target (read by ``qos``) is scored by free CPU and at-risk
     jobs; any other training pod by the SpeCon score."""
     pod = _pod(args)
     names, _ = _node_names(args)
     if not is_training_pod(pod, scheduler_name):
-        return [{"Host": n, "Score": 0} for n in names]
+        return encode_priorities(names, [0] * len(names))
     res = state.reservation(reservation_key(pod))
     if res is not None:
-        return [{"Host": n, "Score": MAX_PRIORITY if n == res.target else 0} for n in names]
+        return encode_priorities(names, [MAX_PRIORITY if n == res.target else 0
+                                         for n in names])
     spec = qos.observe(pod) if qos is not None else None
     if spec is not None:
         scores = state.qos_priorities(names, MAX_PRIORITY)
     else:
         scores = state.priorities(names, MAX_PRIORITY)
-    return [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
+    return encode_priorities(names, scores)

@@ -3,11 +3,15 @@ flight and the checkpoint requests waiting for agents. Thread-safe; no I/O."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from specon.core.categorize import Category
 from specon.core.qos_sched import NodeQos, qos_priorities
@@ -69,34 +73,51 @@ class NodeRecord:
     received: float  # manager clock
 
 
-@dataclass(frozen=True, slots=True)
-class NodeSummary:
-    """What the extender needs of one node, computed once per heartbeat so that a scheduler
-    call is a look-up per node: the SpeCon score of its reported jobs (reservations not
-    included), its load (0..1), free CPUs and at-risk jobs. Replaced whole, never mutated, so
-    a reader without the lock sees one heartbeat's values or the next's, never a mix."""
+class NodeTable:
+    """What the extender needs of each node, as columns kept up to date at each heartbeat, so
+    that a scheduler call is one look-up per node name and a few array operations: the
+    SpeCon score of the node's reported jobs (reservations not included), its load (0..1),
+    free CPUs, at-risk jobs and when the heartbeat came. Row 0 is "no such node" (never
+    fresh). Not locked itself: :class:`ClusterState` holds its lock around writes and reads."""
 
-    received: float  # manager clock
-    score: float
-    load: float
-    free_cpus: float
-    at_risk: int
+    def __init__(self, capacity: int = 1024) -> None:
+        self.row: dict[str, int] = {}
+        self.free_rows: list[int] = []
+        self.used = 1
+        self.score = np.zeros(capacity)
+        self.load = np.zeros(capacity)
+        self.free_cpus = np.zeros(capacity)
+        self.at_risk = np.zeros(capacity)
+        self.received = np.full(capacity, -np.inf)
 
-    @classmethod
-    def of(cls, hb: Heartbeat, received: float, weights: Weights) -> NodeSummary:
-        pc = wc = cc = at_risk = 0
-        for j in hb.jobs:
-            if j.category is Category.PROGRESSING:
-                pc += 1
-            elif j.category is Category.WATCHING:
-                wc += 1
-            else:
-                cc += 1
-            if j.qos == "at-risk":
-                at_risk += 1
-        score = WorkerView(hb.node, pc, wc, cc).score(weights)
-        return cls(received, score, min(1.0, hb.load_cores / hb.capacity_cpus),
-                   max(0.0, hb.capacity_cpus - hb.load_cores), at_risk)
+    def put(self, node: str, received: float, score: float, load: float, free_cpus: float,
+            at_risk: int) -> None:
+        i = self.row.get(node)
+        if i is None:
+            i = self.free_rows.pop() if self.free_rows else self._grow()
+            self.row[node] = i
+        self.score[i], self.load[i], self.free_cpus[i] = score, load, free_cpus
+        self.at_risk[i], self.received[i] = at_risk, received
+
+    def drop(self, node: str) -> None:
+        i = self.row.pop(node, None)
+        if i is not None:
+            self.received[i] = -np.inf
+            self.free_rows.append(i)
+
+    def _grow(self) -> int:
+        i = self.used
+        if i == len(self.score):
+            for name in ("score", "load", "free_cpus", "at_risk"):
+                setattr(self, name, np.concatenate([getattr(self, name), np.zeros(i)]))
+            self.received = np.concatenate([self.received, np.full(i, -np.inf)])
+        self.used += 1
+        return i
+
+    def rows(self, names: list[str]) -> npt.NDArray[np.intp]:
+        # map() over dict.get with a default of row 0 runs in C: ~3x a comprehension.
+        return np.fromiter(map(self.row.get, names, itertools.repeat(0, len(names))),
+                           dtype=np.intp, count=len(names))
 
 
 @dataclass
@@ -107,7 +128,7 @@ class ClusterState:
     weights: Weights = field(default_factory=Weights)
     clock: Callable[[], float] = time.time
     _nodes: dict[str, NodeRecord] = field(default_factory=dict)
-    _summary: dict[str, NodeSummary] = field(default_factory=dict)
+    _table: NodeTable = field(default_factory=NodeTable)
     _incoming: dict[str, int] = field(default_factory=dict)  # reservations per target
     _reservations: dict[str, Reservation] = field(default_factory=dict)
     _requests: dict[str, dict[str, CheckpointRequest]] = field(default_factory=dict)
@@ -117,45 +138,56 @@ class ClusterState:
     def record(self, hb: Heartbeat) -> bool:
         """Keep ``hb`` as its node's latest (False: an older one, reordered, is dropped)."""
         now = self.clock()
-        summary = NodeSummary.of(hb, now, self.weights)
+        pc = wc = cc = at_risk = 0
+        for j in hb.jobs:
+            if j.category is Category.PROGRESSING:
+                pc += 1
+            elif j.category is Category.WATCHING:
+                wc += 1
+            else:
+                cc += 1
+            if j.qos == "at-risk":
+                at_risk += 1
+        score = WorkerView(hb.node, pc, wc, cc).score(self.weights)
         with self._lock:
             old = self._nodes.get(hb.node)
             # A late, reordered heartbeat from the same agent never replaces a newer one.
             if old is not None and hb.seq < old.heartbeat.seq and hb.time <= old.heartbeat.time:
                 return False
             self._nodes[hb.node] = NodeRecord(hb, now)
-            self._summary[hb.node] = summary
+            self._table.put(hb.node, now, score, min(1.0, hb.load_cores / hb.capacity_cpus),
+                            max(0.0, hb.capacity_cpus - hb.load_cores), at_risk)
             return True
 
     def forget_node(self, node: str) -> None:
         with self._lock:
             self._nodes.pop(node, None)
-            self._summary.pop(node, None)
+            self._table.drop(node)
 
     # -- the extender's look-ups (no per-node objects built) ------------------------------------
     def priorities(self, names: list[str], max_score: int) -> list[int]:
         """Algorithm 4's extender priorities of these nodes, positionally (0: no fresh
         heartbeat); a reserved migration target counts its incoming job as converged."""
-        now, stale = self.clock(), self.stale_after_s
-        get = self._summary.get
-        rows = [get(n) for n in names]
-        values: list[tuple[float, float] | None] = [
-            None if r is None or now - r.received > stale else (r.score, r.load) for r in rows]
-        incoming = self._incoming
-        if incoming:
-            w = self.weights.converged
-            values = [v if v is None or n not in incoming else (v[0] + w * incoming[n], v[1])
-                      for n, v in zip(names, values, strict=True)]
-        return placement_priorities(values, max_score)
+        t = self._table
+        with self._lock:
+            rows = t.rows(names)
+            score, load, received = t.score[rows], t.load[rows], t.received[rows]
+            incoming = self._incoming
+            for target, count in incoming.items():
+                row = t.row.get(target)
+                if row is not None:
+                    score[rows == row] += count * self.weights.converged
+        fresh = (self.clock() - received) <= self.stale_after_s
+        return placement_priorities(score, load, fresh, max_score).tolist()  # type: ignore[no-any-return]
 
     def qos_priorities(self, names: list[str], max_score: int) -> list[int]:
         """The QoS placement's priorities of these nodes, positionally (0: no fresh heartbeat)."""
-        now, stale = self.clock(), self.stale_after_s
-        get = self._summary.get
-        rows = [get(n) for n in names]
-        return qos_priorities(
-            [None if r is None or now - r.received > stale else (r.free_cpus, r.at_risk)
-             for r in rows], max_score)
+        t = self._table
+        with self._lock:
+            rows = t.rows(names)
+            free, at_risk, received = t.free_cpus[rows], t.at_risk[rows], t.received[rows]
+        fresh = (self.clock() - received) <= self.stale_after_s
+        return qos_priorities(free, at_risk, fresh, max_score).tolist()  # type: ignore[no-any-return]
 
     def is_fresh(self, node: str, now: float | None = None) -> bool:
         now = self.clock() if now is None else now

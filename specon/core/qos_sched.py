@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 #: What each at-risk job on a node costs it, in units of the free-CPU range (0..1): more than
 #: 1, so that no amount of free CPU makes up for an at-risk job.
 AT_RISK_PENALTY = 2.0
@@ -35,34 +38,48 @@ class NodeQos:
 
 def qos_value(node: NodeQos, most_free: float) -> float:
     """free / most_free - AT_RISK_PENALTY * at_risk: higher is better."""
-    free = max(0.0, node.free_cpus)
-    share = free / most_free if most_free > 0 else 0.0
-    return share - AT_RISK_PENALTY * node.at_risk
+    return float(qos_values(np.array([node.free_cpus]), np.array([float(node.at_risk)]),
+                            most_free)[0])
+
+
+def qos_values(free_cpus: npt.NDArray[np.float64], at_risk: npt.NDArray[np.float64],
+               most_free: float) -> npt.NDArray[np.float64]:
+    """:func:`qos_value` of many nodes at once (free CPUs below 0 count as 0)."""
+    free = np.maximum(0.0, free_cpus)
+    share = free / most_free if most_free > 0 else np.zeros_like(free)
+    return share - AT_RISK_PENALTY * at_risk
 
 
 def qos_placement_scores(nodes: Sequence[NodeQos], max_score: int = 10) -> dict[str, int]:
     """Extender priorities 0..max_score for a pod with a deadline or a target (the rule is
     :func:`qos_priorities`'s). Unavailable nodes get 0, as in the default scoring."""
-    values = [(n.free_cpus, n.at_risk) if n.available else None for n in nodes]
-    return dict(zip((n.name for n in nodes), qos_priorities(values, max_score), strict=True))
+    scores = qos_priorities(np.array([n.free_cpus for n in nodes], dtype=np.float64),
+                            np.array([n.at_risk for n in nodes], dtype=np.float64),
+                            np.array([n.available for n in nodes], dtype=bool), max_score)
+    return dict(zip((n.name for n in nodes), scores.tolist(), strict=True))
 
 
-def qos_priorities(values: Sequence[tuple[float, int] | None], max_score: int = 10) -> list[int]:
-    """Positionally: ``values[i]`` is a node's (free CPUs, at-risk jobs), None when it has no
-    fresh heartbeat (it gets 0). Each available node's :func:`qos_value` is mapped linearly
-    onto 1..max_score (the best gets max_score, the worst 1; all equal: all max_score)."""
-    avail = [v for v in values if v is not None]
-    if not avail:
-        return [0] * len(values)
-    most_free = max(max(0.0, free) for free, _ in avail)
-    value = [None if v is None else qos_value(NodeQos("", v[0], v[1]), most_free)
-             for v in values]
-    present = [v for v in value if v is not None]
-    lo, hi = min(present), max(present)
-    k = max_score - 1
+def qos_priorities(free_cpus: npt.NDArray[np.float64], at_risk: npt.NDArray[np.float64],
+                   available: npt.NDArray[np.bool_], max_score: int = 10,
+                   ) -> npt.NDArray[np.int64]:
+    """Positionally, from each node's free CPUs, at-risk jobs and availability (no fresh
+    heartbeat: 0). Each available node's :func:`qos_value` is mapped
+    linearly onto 1..max_score (the best gets max_score, the worst 1; all equal: all
+    max_score)."""
+    out = np.zeros(len(free_cpus), dtype=np.int64)
+    if not available.any():
+        return out
+    free = free_cpus[available]
+    value = qos_values(free, at_risk[available], max(0.0, float(free.max())))
+    lo, hi = float(value.min()), float(value.max())
     if hi - lo < 1e-12:
-        return [0 if v is None else max_score for v in value]
-    return [0 if v is None else 1 + round(k * ((v - lo) / (hi - lo))) for v in value]
+        out[available] = max_score
+    else:
+        out[available] = 1 + np.round((max_score - 1) * ((value - lo) / (hi - lo))).astype(
+            np.int64)
+    return out
+
+
 def migration_hold(qos: str, slack_s: float | None, cost_s: float) -> str | None:
     """Why a job must not be moved now (a sentence for the reply), or None.
 
