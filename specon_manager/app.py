@@ -269,9 +269,8 @@ class Handlers:
             return _json(422, {"detail": f"time {hb.time:.0f} is {skew:+.0f} s from the "
                                          f"manager's clock (at most "
                                          f"{self.settings.max_clock_skew_s:.0f} s allowed)"})
-        if self.pod_on_node is not None and hb.jobs:
-            hb = self._known_jobs(hb)
-        recorded = self.state.record(hb)
+        kept = self._known_jobs(hb) if self.pod_on_node is not None and hb.jobs else hb
+        recorded = self.state.record(kept, body if kept is hb else None)
         self.c_accepted.inc()
         if not recorded:  # valid, but older than the node's last: answered accepted=false
             self.c_superseded.inc()

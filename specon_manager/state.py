@@ -3,6 +3,7 @@ flight and the checkpoint requests waiting for agents. Thread-safe; no I/O."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -67,10 +68,42 @@ class Reservation:
     source_present: bool = True
 
 
-@dataclass
+#: A kept heartbeat's JSON may be at most this many bytes per job (plus one such allowance):
+#: a padded body is re-encoded, so the memory a node costs follows what it reports.
+RAW_BYTES_PER_JOB = 1024
+
+
+@functools.lru_cache(maxsize=512)
+def _decode(raw: bytes) -> Heartbeat:
+    return Heartbeat.model_validate_json(raw)
+
+
 class NodeRecord:
-    heartbeat: Heartbeat
-    received: float  # manager clock
+    """A node's last heartbeat, kept as its (validated) JSON and decoded on demand (the last
+    few hundred decoded are cached): 100 jobs as pydantic models take about 160 KB and 2,500
+    objects that the garbage collector walks on every full collection, as JSON about 15 KB
+    and one object. What the extender and the metrics need is summed at record time."""
+
+    __slots__ = ("categories", "node", "pods", "qos", "raw", "received", "seq", "time")
+
+    def __init__(self, hb: Heartbeat, received: float, raw: bytes | None = None) -> None:
+        if raw is None or len(raw) > RAW_BYTES_PER_JOB * (1 + len(hb.jobs)):
+            raw = hb.model_dump_json().encode()
+        self.raw = raw
+        self.received = received
+        self.node, self.seq, self.time = hb.node, hb.seq, hb.time
+        self.pods = tuple(pod_key(j.namespace, j.pod) for j in hb.jobs)
+        cats = dict.fromkeys(Category, 0)
+        qos: dict[str, int] = {}
+        for j in hb.jobs:
+            cats[j.category] += 1
+            qos[j.qos] = qos.get(j.qos, 0) + 1
+        self.categories = cats
+        self.qos = qos
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        return _decode(self.raw)
 
 
 class NodeTable:
@@ -128,6 +161,7 @@ class ClusterState:
     weights: Weights = field(default_factory=Weights)
     clock: Callable[[], float] = time.time
     _nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    _where: dict[str, str] = field(default_factory=dict)  # namespace/pod -> reporting node
     _table: NodeTable = field(default_factory=NodeTable)
     _incoming: dict[str, int] = field(default_factory=dict)  # reservations per target
     _reservations: dict[str, Reservation] = field(default_factory=dict)
@@ -135,33 +169,36 @@ class ClusterState:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- heartbeats -----------------------------------------------------------------------------
-    def record(self, hb: Heartbeat) -> bool:
-        """Keep ``hb`` as its node's latest (False: an older one, reordered, is dropped)."""
+    def record(self, hb: Heartbeat, raw: bytes | None = None) -> bool:
+        """Keep ``hb`` as its node's latest (False: an older one, reordered, is dropped).
+        ``raw``: the JSON ``hb`` was validated from, kept as is when it is not padded."""
         now = self.clock()
-        pc = wc = cc = at_risk = 0
-        for j in hb.jobs:
-            if j.category is Category.PROGRESSING:
-                pc += 1
-            elif j.category is Category.WATCHING:
-                wc += 1
-            else:
-                cc += 1
-            if j.qos == "at-risk":
-                at_risk += 1
-        score = WorkerView(hb.node, pc, wc, cc).score(self.weights)
+        rec = NodeRecord(hb, now, raw)
+        c = rec.categories
+        score = WorkerView(hb.node, c[Category.PROGRESSING], c[Category.WATCHING],
+                           c[Category.CONVERGED]).score(self.weights)
         with self._lock:
             old = self._nodes.get(hb.node)
             # A late, reordered heartbeat from the same agent never replaces a newer one.
-            if old is not None and hb.seq < old.heartbeat.seq and hb.time <= old.heartbeat.time:
+            if old is not None and hb.seq < old.seq and hb.time <= old.time:
                 return False
-            self._nodes[hb.node] = NodeRecord(hb, now)
+            if old is not None:
+                for key in old.pods:
+                    if self._where.get(key) == hb.node:
+                        del self._where[key]
+            for key in rec.pods:
+                self._where[key] = hb.node
+            self._nodes[hb.node] = rec
             self._table.put(hb.node, now, score, min(1.0, hb.load_cores / hb.capacity_cpus),
-                            max(0.0, hb.capacity_cpus - hb.load_cores), at_risk)
+                            max(0.0, hb.capacity_cpus - hb.load_cores), rec.qos.get("at-risk", 0))
             return True
 
     def forget_node(self, node: str) -> None:
         with self._lock:
-            self._nodes.pop(node, None)
+            old = self._nodes.pop(node, None)
+            for key in old.pods if old is not None else ():
+                if self._where.get(key) == node:
+                    del self._where[key]
             self._table.drop(node)
 
     # -- the extender's look-ups (no per-node objects built) ------------------------------------
@@ -223,10 +260,13 @@ class ClusterState:
 
     def find_job(self, namespace: str, pod: str) -> tuple[str, JobReport] | None:
         with self._lock:
-            for node, rec in self._nodes.items():
-                for j in rec.heartbeat.jobs:
-                    if j.namespace == namespace and j.pod == pod:
-                        return node, j
+            node = self._where.get(pod_key(namespace, pod))
+            rec = self._nodes.get(node) if node is not None else None
+        if node is None or rec is None:
+            return None
+        for j in rec.heartbeat.jobs:
+            if j.namespace == namespace and j.pod == pod:
+                return node, j
         return None
 
     def job_on(self, node: str, namespace: str, pod: str, uid: str = "") -> JobReport | None:
@@ -244,16 +284,25 @@ class ClusterState:
         return None
 
     def category_counts(self) -> dict[Category, int]:
+        """Jobs reported by fresh nodes, by category (summed at record time: no decoding)."""
         out = dict.fromkeys(Category, 0)
-        for _, j in self.jobs():
-            out[j.category] += 1
+        now = self.clock()
+        with self._lock:
+            for n, rec in self._nodes.items():
+                if self.is_fresh(n, now):
+                    for cat, k in rec.categories.items():
+                        out[cat] += k
         return out
 
     def qos_counts(self) -> dict[str, int]:
         """Jobs reported by fresh nodes, by QoS state (none, on-track, at-risk, ...)."""
         out = dict.fromkeys(QOS_STATES, 0)
-        for _, j in self.jobs():
-            out[j.qos] = out.get(j.qos, 0) + 1
+        now = self.clock()
+        with self._lock:
+            for n, rec in self._nodes.items():
+                if self.is_fresh(n, now):
+                    for state, k in rec.qos.items():
+                        out[state] = out.get(state, 0) + k
         return out
 
     def qos_views(self, names: Iterable[str]) -> list[NodeQos]:
