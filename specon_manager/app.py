@@ -21,6 +21,7 @@ from typing import Annotated, Any, Protocol
 import anyio
 import orjson
 from fastapi import FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
@@ -410,6 +411,17 @@ def create_app(
     app.state.settings = settings
     app.state.qos = book
     app.state.handlers = h
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        # loc, msg and type only: the input and its context may hold values JSON cannot
+        # carry (1e999 is read as inf), and they are the caller's own anyway.
+        if request.url.path.startswith(AGENT_PATHS):
+            h.c_invalid.inc()
+        errors = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")),
+                   "type": str(e.get("type", ""))} for e in exc.errors()[:20]]
+        return Response(orjson.dumps({"detail": errors}), status_code=422,
+                        media_type="application/json")
 
     def answer(a: Answer) -> Response:
         return Response(a.body, status_code=a.status, media_type="application/json",
