@@ -317,7 +317,7 @@ def main() -> None:
                           flush=True)
             if "flood" not in args.skip:
                 limit = int(os.environ.get("SPECON_MANAGER_MAX_EXTENDER_BODY_BYTES",
-                                           16 * 1024 * 1024))
+                                           4 * 1024 * 1024))
                 body = flood_body(limit, [f"node-{i}" for i in range(n_max)])
                 quiet = heartbeat_latency(port, args.flood_seconds / 2)
                 counts = [0, 0]

@@ -380,12 +380,14 @@ def create_app(
     metrics: ManagerMetrics | None = None,
     qos: QosBook | None = None,
     pod_on_node: PodOnNode | None = None,
+    hot_routes: bool = True,
 ) -> FastAPI:
     """The API over ``state``. ``node_exists(name)`` (None: cannot tell) refuses heartbeats for
     nodes the cluster does not have; ``pod_on_node`` (None: no pod cache) drops reported jobs
     that are not pods on the reporting node; ``controller`` decides reallocation requests;
     ``qos`` reads training pods' QoS annotations (default: a book that only logs malformed
-    ones)."""
+    ones). ``hot_routes=False`` leaves the hot routes to FastAPI (the same handlers; what
+    ``benchmarks/heartbeat_path.py`` compares against)."""
     if state is None:
         state = ClusterState(
             stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
@@ -498,7 +500,8 @@ def create_app(
     app.add_middleware(BodyLimit, agent_limit=settings.max_agent_body_bytes,
                        extender_limit=settings.max_extender_body_bytes,
                        on_refuse=m.bodies_refused.inc)
-    app.add_middleware(HotRoutes, handlers=h)
+    if hot_routes:
+        app.add_middleware(HotRoutes, handlers=h)
     if settings.expose_status:
         app.include_router(status_router)
     return app

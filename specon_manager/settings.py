@@ -27,7 +27,7 @@ class ManagerSettings(BaseSettings):
     #: (``nodeCacheCapable: true``) are about 15 bytes a node; full Node lists are 2-20 KB a
     #: node, so keep this well under the pod's memory limit (decoded JSON takes several times
     #: its size).
-    max_extender_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_extender_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     #: Serve ``/docs``, ``/redoc`` and ``/openapi.json`` (the API's description).
     expose_docs: bool = False
     #: Serve the HTML status page ``/status`` (it names nodes, pods and namespaces).
