@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specon.core.categorize import Category
-from specon.core.qos_sched import NodeQos, qos_priorities
+from specon.core.qos_sched import qos_priorities
 from specon.core.scoring import Weights, WorkerView, placement_priorities
 from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
 
@@ -84,7 +84,7 @@ class NodeRecord:
     objects that the garbage collector walks on every full collection, as JSON about 15 KB
     and one object. What the extender and the metrics need is summed at record time."""
 
-    __slots__ = ("categories", "node", "pods", "qos", "raw", "received", "seq", "time")
+    __slots__ = ("categories", "load", "node", "pods", "qos", "raw", "received", "seq", "time")
 
     def __init__(self, hb: Heartbeat, received: float, raw: bytes | None = None) -> None:
         if raw is None or len(raw) > RAW_BYTES_PER_JOB * (1 + len(hb.jobs)):
@@ -92,6 +92,7 @@ class NodeRecord:
         self.raw = raw
         self.received = received
         self.node, self.seq, self.time = hb.node, hb.seq, hb.time
+        self.load = min(1.0, hb.load_cores / hb.capacity_cpus)
         self.pods = tuple(pod_key(j.namespace, j.pod) for j in hb.jobs)
         cats = dict.fromkeys(Category, 0)
         qos: dict[str, int] = {}
@@ -305,22 +306,6 @@ class ClusterState:
                         out[state] = out.get(state, 0) + k
         return out
 
-    def qos_views(self, names: Iterable[str]) -> list[NodeQos]:
-        """What placing a job with a deadline needs of these nodes: free CPU (capacity minus
-        load) and the jobs reported at-risk; a node with no fresh heartbeat is unavailable."""
-        now = self.clock()
-        out: list[NodeQos] = []
-        with self._lock:
-            for name in names:
-                rec = self._nodes.get(name)
-                if rec is None or not self.is_fresh(name, now):
-                    out.append(NodeQos(name, available=False))
-                    continue
-                hb = rec.heartbeat
-                out.append(NodeQos(name, max(0.0, hb.capacity_cpus - hb.load_cores),
-                                   sum(1 for j in hb.jobs if j.qos == "at-risk")))
-        return out
-
     # -- views for Algorithm 4 and the extender ---------------------------------------------------
     def views(self, names: Iterable[str], exclude: frozenset[str] = frozenset()) -> (
         list[WorkerView]
@@ -339,20 +324,20 @@ class ClusterState:
                 if rec is None or not self.is_fresh(name, now):
                     out.append(WorkerView(name, available=False))
                     continue
-                pc = wc = cc = 0
-                for j in rec.heartbeat.jobs:
-                    if pod_key(j.namespace, j.pod) in exclude:
-                        continue
-                    if j.category is Category.PROGRESSING:
-                        pc += 1
-                    elif j.category is Category.WATCHING:
-                        wc += 1
-                    else:
-                        cc += 1
+                c = rec.categories
+                pc, wc, cc = c[Category.PROGRESSING], c[Category.WATCHING], c[Category.CONVERGED]
+                if exclude and not exclude.isdisjoint(rec.pods):
+                    # decode only the nodes that report an excluded pod
+                    for j in rec.heartbeat.jobs:
+                        if pod_key(j.namespace, j.pod) in exclude:
+                            if j.category is Category.PROGRESSING:
+                                pc -= 1
+                            elif j.category is Category.WATCHING:
+                                wc -= 1
+                            else:
+                                cc -= 1
                 cc += incoming.get(name, 0)
-                hb = rec.heartbeat
-                load = min(1.0, hb.load_cores / hb.capacity_cpus)
-                out.append(WorkerView(name, pc, wc, cc, load, True))
+                out.append(WorkerView(name, pc, wc, cc, rec.load, True))
         return out
 
     # -- reservations ---------------------------------------------------------------------------
