@@ -18,6 +18,7 @@ from specon_manager.kube import Kube, KubeError, event_body, meta, pod_path
 from specon_manager.leader import LeaseElector
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
+from specon_manager.pods import PodDirectory
 from specon_manager.qos import EventPoster, QosBook
 from specon_manager.rebalance import Rebalancer
 from specon_manager.settings import ManagerSettings
@@ -187,8 +188,10 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
     node_exists: Any = service.nodes.exists if service.nodes is not None else None
     poster = EventPoster(_warning_sender(kube)) if kube is not None else None
     qos = QosBook(post=poster, on_invalid=metrics.qos_invalid.inc)
+    pods = PodDirectory(kube.get) if kube is not None and settings.verify_reported_pods else None
     app = create_app(settings, state=state, controller=service.controller,
-                     node_exists=node_exists, metrics=metrics, qos=qos)
+                     node_exists=node_exists, metrics=metrics, qos=qos,
+                     pod_on_node=pods.on_node if pods is not None else None)
     app.state.events = poster
     app.state.service = service
     return app, service
