@@ -15,6 +15,8 @@ from specon.core.categorize import Category
 
 PROTOCOL: Literal["specon/v1"] = "specon/v1"
 MAX_JOBS_PER_HEARTBEAT = 1000
+#: The largest sequence number (int64, what Go and Prometheus can hold).
+MAX_SEQ = 2**63 - 1
 
 #: Pod label that makes a pod a training job (as does ``spec.schedulerName: specon``).
 LABEL_TRAINING = "specon.io/training"
@@ -81,8 +83,8 @@ class JobReport(_Wire):
 class Heartbeat(_Wire):
     protocol: Literal["specon/v1"] = PROTOCOL
     node: Name
-    time: NonNeg  # seconds since the epoch, agent clock
-    seq: Annotated[int, Field(ge=0)]
+    time: NonNeg  # seconds since the epoch, agent clock (the manager bounds its skew)
+    seq: Annotated[int, Field(ge=0, le=MAX_SEQ)]
     capacity_cpus: Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)]
     load_cores: NonNeg
     jobs: Annotated[list[JobReport], Field(max_length=MAX_JOBS_PER_HEARTBEAT)] = []

@@ -1,5 +1,11 @@
 """The manager's HTTP API (FastAPI): the scheduler extender, the agents' heartbeat and
-reallocation endpoints, /metrics, /healthz and /readyz. OpenAPI at /docs and /openapi.json.
+reallocation endpoints, /metrics, /healthz and /readyz; OpenAPI at /docs and /openapi.json
+when ``expose_docs`` is set.
+
+The three hot routes (``POST /v1/heartbeat``, ``/filter``, ``/prioritize``) are answered by
+:class:`HotRoutes`, a plain ASGI layer in front of FastAPI: the same handlers, without
+FastAPI's routing, dependency and response-model machinery per request (docs/manager.md has
+the numbers that chose it). FastAPI still declares them, for the OpenAPI description.
 
 No ``from __future__ import annotations`` here: FastAPI must see the real annotations of the
 routes, which name dependencies local to :func:`create_app`."""
@@ -9,18 +15,23 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+import anyio
+import orjson
+from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specon.core.scoring import Weights
 from specon.wire import (
     Heartbeat,
     HeartbeatReply,
+    JobReport,
     Parameters,
     ReallocationReply,
     ReallocationRequest,
@@ -44,6 +55,12 @@ log = logging.getLogger(__name__)
 
 AGENT_PATHS = ("/v1/",)
 EXTENDER_PATHS = ("/filter", "/prioritize")
+#: Extender bodies larger than this are decoded and answered on a worker thread, one at a
+#: time, so that a large body never holds the event loop (heartbeats keep flowing).
+INLINE_BODY_BYTES = 256 * 1024
+#: ``pod_on_node(namespace, pod, uid, node)``: is this pod (by UID) on this node, from the
+#: manager's pod cache? None: cannot tell (no cache), and the job is kept.
+PodOnNode = Callable[[str, str, str, str], bool | None]
 
 class Reallocator(Protocol):
     """What the API needs from the migration controller."""
@@ -51,6 +68,61 @@ class Reallocator(Protocol):
     def reallocate(self, node: str, req: ReallocationRequest) -> ReallocationReply: ...
 
     def ready(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A handler's answer: status, JSON body, extra headers."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+def _json(status: int, obj: Any, headers: tuple[tuple[bytes, bytes], ...] = ()) -> Answer:
+    return Answer(status, orjson.dumps(obj), headers)
+
+
+def _problems(exc: ValidationError) -> list[dict[str, Any]]:
+    # The first 20 errors, without the input (it can be large, and it is the caller's own).
+    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors(include_url=False, include_input=False)[:20]]
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | Answer:
+    """The request body, or the refusal: 413 at once when Content-Length is over ``limit``
+    (nothing read), or as soon as the streamed bytes pass it."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                return _json(400, {"detail": "Content-Length is not a number"})
+            if length > limit:
+                return _json(413, {"detail": f"request body of {length} bytes is over the "
+                                             f"limit of {limit} bytes"})
+    chunks: list[bytes] = []
+    seen = 0
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":
+            return Answer(499, b"")  # the client went away
+        chunk = msg.get("body", b"")
+        seen += len(chunk)
+        if seen > limit:
+            return _json(413, {"detail": f"request body over the limit of {limit} bytes"})
+        chunks.append(chunk)
+        if not msg.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def send_answer(send: Send, a: Answer) -> None:
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(a.body)).encode()), *a.headers]
+    if a.status == 413:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": a.status, "headers": headers})
+    await send({"type": "http.response.body", "body": a.body})
 
 
 class BodyLimit:
@@ -122,6 +194,183 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+class Handlers:
+    """The agents' and the scheduler's hot calls, as bytes in and :class:`Answer` out: shared by
+    :class:`HotRoutes` and the FastAPI routes (one implementation)."""
+
+    def __init__(self, settings: ManagerSettings, state: ClusterState, tokens: NodeTokens,
+                 metrics: ManagerMetrics, book: QosBook, parameters: Parameters,
+                 node_exists: Callable[[str], bool | None] | None,
+                 pod_on_node: PodOnNode | None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.state = state
+        self.tokens = tokens
+        self.m = metrics
+        self.book = book
+        self.parameters = parameters
+        self.node_exists = node_exists
+        self.pod_on_node = pod_on_node
+        self.wall_clock = wall_clock
+        self.sched = settings.scheduler_name
+        # Counter children bound once: labels() costs a dict look-up and a lock per call.
+        hb = metrics.heartbeats
+        self.c_accepted = hb.labels("accepted")
+        self.c_superseded = metrics.heartbeats_superseded
+        self.c_unauth = hb.labels("unauthenticated")
+        self.c_forbidden = hb.labels("forbidden")
+        self.c_invalid = hb.labels("invalid")
+        self.c_skew = hb.labels("clock_skew")
+        self.c_unknown_node = hb.labels("unknown_node")
+        self.c_unknown_pods = metrics.heartbeat_jobs_ignored
+        self._plain = {ok: HeartbeatReply(accepted=ok, parameters=parameters).model_dump_json()
+                       .encode() for ok in (True, False)}
+        # One large extender body at a time, on a worker thread.
+        self.big = anyio.CapacityLimiter(1)
+
+    # -- agents -----------------------------------------------------------------------------
+    def agent_node(self, authorization: str | None) -> str | Answer:
+        """The node named by the bearer token, or the 401."""
+        www = ((b"www-authenticate", b"Bearer"),)
+        if not authorization or not authorization.startswith("Bearer "):
+            self.c_unauth.inc()
+            return _json(401, {"detail": "missing bearer token"}, www)
+        node = self.tokens.node_for(authorization[7:].strip())
+        if node is None:
+            self.c_unauth.inc()
+            return _json(401, {"detail": "unknown token"}, www)
+        return node
+
+    def check_node(self, token_node: str, claimed: str) -> Answer | None:
+        if claimed != token_node:
+            self.c_forbidden.inc()
+            return _json(403, {"detail": f"this token speaks for node {token_node!r}, not for "
+                                         f"{claimed!r}"})
+        if self.node_exists is not None and self.node_exists(claimed) is False:
+            self.c_unknown_node.inc()
+            return _json(422, {"detail": f"node {claimed!r} is not a node of this cluster"})
+        return None
+
+    def heartbeat(self, authorization: str | None, body: bytes) -> Answer:
+        """Authenticate, validate, bound, check the jobs against the pod cache, record."""
+        node = self.agent_node(authorization)
+        if isinstance(node, Answer):
+            return node
+        try:
+            hb = Heartbeat.model_validate_json(body)
+        except ValidationError as exc:
+            self.c_invalid.inc()
+            return _json(422, {"detail": _problems(exc)})
+        refused = self.check_node(node, hb.node)
+        if refused is not None:
+            return refused
+        skew = hb.time - self.wall_clock()
+        if abs(skew) > self.settings.max_clock_skew_s:
+            self.c_skew.inc()
+            return _json(422, {"detail": f"time {hb.time:.0f} is {skew:+.0f} s from the "
+                                         f"manager's clock (at most "
+                                         f"{self.settings.max_clock_skew_s:.0f} s allowed)"})
+        kept = self._known_jobs(hb) if self.pod_on_node is not None and hb.jobs else hb
+        recorded = self.state.record(kept, body if kept is hb else None)
+        self.c_accepted.inc()
+        if not recorded:  # valid, but older than the node's last: answered accepted=false
+            self.c_superseded.inc()
+        reqs = self.state.checkpoint_requests(node)
+        if not reqs:
+            return Answer(200, self._plain[recorded])
+        reply = HeartbeatReply(accepted=recorded, parameters=self.parameters,
+                               checkpoint=[f"{r.namespace}/{r.pod}" for r in reqs],
+                               checkpoint_requests=reqs)
+        return Answer(200, reply.model_dump_json().encode())
+
+    def _known_jobs(self, hb: Heartbeat) -> Heartbeat:
+        """The heartbeat without the jobs that are not pods on its node (by UID): a node
+        cannot speak for pods it does not run, nor stall a controller with a pod that does
+        not exist. Counted, never refused: the rest of the report is good."""
+        assert self.pod_on_node is not None
+        kept: list[JobReport] = []
+        for j in hb.jobs:
+            if self.pod_on_node(j.namespace, j.pod, j.uid, hb.node) is False:
+                self.c_unknown_pods.inc()
+                log.debug("heartbeat of %s: %s/%s (uid %r) is not a pod on that node; ignored",
+                          hb.node, j.namespace, j.pod, j.uid)
+                continue
+            kept.append(j)
+        return hb if len(kept) == len(hb.jobs) else hb.model_copy(update={"jobs": kept})
+
+    # -- kube-scheduler -----------------------------------------------------------------------
+    def extender(self, verb: str, body: bytes) -> Answer:
+        start = time.perf_counter()
+        try:
+            args = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:  # also too deep: orjson stops at 1024 levels
+            self.m.extender_requests.labels(verb, "bad_request").inc()
+            return _json(400, {"detail": f"body is not JSON: {exc}"})
+        try:
+            if not isinstance(args, dict):
+                raise BadRequest("ExtenderArgs must be a JSON object")
+            if verb == "filter":
+                out = Answer(200, orjson.dumps(filter_nodes(self.state, args, self.sched,
+                                                            self.book)))
+            else:
+                out = Answer(200, prioritize_nodes(self.state, args, self.sched, self.book))
+        except BadRequest as exc:
+            self.m.extender_requests.labels(verb, "bad_request").inc()
+            return _json(400, {"detail": str(exc)})
+        self.m.extender_requests.labels(verb, "ok").inc()
+        self.m.extender_seconds.labels(verb).observe(time.perf_counter() - start)
+        return out
+
+
+class HotRoutes:
+    """A plain ASGI layer that answers ``POST /v1/heartbeat``, ``/filter`` and ``/prioritize``
+    itself (bounded body read, then :class:`Handlers`) and passes everything else on."""
+
+    def __init__(self, app: ASGIApp, handlers: Handlers) -> None:
+        self.app = app
+        self.h = handlers
+        s = handlers.settings
+        self.agent_limit = s.max_agent_body_bytes
+        self.extender_limit = s.max_extender_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path = scope["path"]
+            if path == "/v1/heartbeat":
+                body = await read_body(scope, receive, self.agent_limit)
+                if isinstance(body, Answer):
+                    await self._refuse(send, body)
+                    return
+                authorization = None
+                for name, value in scope["headers"]:
+                    if name == b"authorization":
+                        authorization = value.decode("latin-1")
+                        break
+                await send_answer(send, self.h.heartbeat(authorization, body))
+                return
+            if path in EXTENDER_PATHS:
+                body = await read_body(scope, receive, self.extender_limit)
+                if isinstance(body, Answer):
+                    await self._refuse(send, body)
+                    return
+                verb = path[1:]
+                if len(body) <= INLINE_BODY_BYTES:
+                    answer = self.h.extender(verb, body)
+                else:
+                    answer = await anyio.to_thread.run_sync(self.h.extender, verb, body,
+                                                            limiter=self.h.big)
+                await send_answer(send, answer)
+                return
+        await self.app(scope, receive, send)
+
+    async def _refuse(self, send: Send, a: Answer) -> None:
+        if a.status == 499:
+            return
+        if a.status == 413:
+            self.h.m.bodies_refused.inc()
+        await send_answer(send, a)
+
+
 def create_app(
     settings: ManagerSettings,
     state: ClusterState | None = None,
@@ -130,10 +379,15 @@ def create_app(
     node_exists: Callable[[str], bool | None] | None = None,
     metrics: ManagerMetrics | None = None,
     qos: QosBook | None = None,
+    pod_on_node: PodOnNode | None = None,
+    hot_routes: bool = True,
 ) -> FastAPI:
     """The API over ``state``. ``node_exists(name)`` (None: cannot tell) refuses heartbeats for
-    nodes the cluster does not have; ``controller`` decides reallocation requests; ``qos``
-    reads training pods' QoS annotations (default: a book that only logs malformed ones)."""
+    nodes the cluster does not have; ``pod_on_node`` (None: no pod cache) drops reported jobs
+    that are not pods on the reporting node; ``controller`` decides reallocation requests;
+    ``qos`` reads training pods' QoS annotations (default: a book that only logs malformed
+    ones). ``hot_routes=False`` leaves the hot routes to FastAPI (the same handlers; what
+    ``benchmarks/heartbeat_path.py`` compares against)."""
     if state is None:
         state = ClusterState(
             stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
@@ -147,89 +401,64 @@ def create_app(
     parameters = Parameters(alpha=settings.alpha, interval_s=settings.interval_s,
                             flowcon_alpha=settings.flowcon_alpha,
                             flowcon_beta=settings.flowcon_beta)
-    sched = settings.scheduler_name
+    h = Handlers(settings, state, tokens, m, book, parameters, node_exists, pod_on_node)
 
+    docs = settings.expose_docs
     app = FastAPI(title="SpeCon manager", version="1",
-                  description="Scheduler extender and agent API of SpeCon (docs/manager.md).")
+                  description="Scheduler extender and agent API of SpeCon (docs/manager.md).",
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
+                  openapi_url="/openapi.json" if docs else None)
     app.state.cluster = state
     app.state.metrics = m
     app.state.settings = settings
     app.state.qos = book
-
-    def agent_node(authorization: Annotated[str | None, Header()] = None) -> str:
-        """The node named by the bearer token."""
-        if not authorization or not authorization.startswith("Bearer "):
-            m.heartbeats.labels("unauthenticated").inc()
-            raise HTTPException(401, "missing bearer token",
-                                headers={"WWW-Authenticate": "Bearer"})
-        node = tokens.node_for(authorization[7:].strip())
-        if node is None:
-            m.heartbeats.labels("unauthenticated").inc()
-            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
-        return node
-
-    AgentNode = Annotated[str, Depends(agent_node)]
-
-    def check_node(token_node: str, claimed: str) -> None:
-        if claimed != token_node:
-            m.heartbeats.labels("forbidden").inc()
-            raise HTTPException(403, f"this token speaks for node {token_node!r}, not for "
-                                     f"{claimed!r}")
-        if node_exists is not None and node_exists(claimed) is False:
-            m.heartbeats.labels("unknown_node").inc()
-            raise HTTPException(422, f"node {claimed!r} is not a node of this cluster")
+    app.state.handlers = h
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        # loc, msg and type only: the input and its context may hold values JSON cannot
+        # carry (1e999 is read as inf), and they are the caller's own anyway.
         if request.url.path.startswith(AGENT_PATHS):
-            m.heartbeats.labels("invalid").inc()
-        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""),
-                   "type": e.get("type", "")} for e in exc.errors()[:20]]
-        return JSONResponse({"detail": errors}, status_code=422)
+            h.c_invalid.inc()
+        errors = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")),
+                   "type": str(e.get("type", ""))} for e in exc.errors()[:20]]
+        return Response(orjson.dumps({"detail": errors}), status_code=422,
+                        media_type="application/json")
 
-    @app.post("/v1/heartbeat", response_model=HeartbeatReply, tags=["agents"])
-    async def heartbeat(hb: Heartbeat, node: AgentNode) -> HeartbeatReply:
+    def answer(a: Answer) -> Response:
+        return Response(a.body, status_code=a.status, media_type="application/json",
+                        headers={k.decode(): v.decode() for k, v in a.headers})
+
+    # The three hot routes below are served by HotRoutes; FastAPI sees them only when the app
+    # is mounted without it. They are declared for the OpenAPI description.
+    heartbeat_doc: dict[str, Any] = {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": Heartbeat.model_json_schema()}}}}
+
+    @app.post("/v1/heartbeat", tags=["agents"], openapi_extra=heartbeat_doc,
+              responses={200: {"model": HeartbeatReply}})
+    async def heartbeat(request: Request,
+                        authorization: Annotated[str | None, Header()] = None) -> Response:
         """An agent's report of its node and jobs; the reply carries the parameters and the
         checkpoint requests for migrations in flight."""
-        check_node(node, hb.node)
-        state.record(hb)
-        m.heartbeats.labels("accepted").inc()
-        reqs = state.checkpoint_requests(node)
-        return HeartbeatReply(accepted=True, parameters=parameters,
-                              checkpoint=[f"{r.namespace}/{r.pod}" for r in reqs],
-                              checkpoint_requests=reqs)
+        return answer(h.heartbeat(authorization, await request.body()))
 
     @app.post("/v1/reallocate", response_model=ReallocationReply, tags=["agents"])
-    def reallocate(req: ReallocationRequest, node: AgentNode) -> ReallocationReply:
+    def reallocate(req: ReallocationRequest,
+                   authorization: Annotated[str | None, Header()] = None) -> Response:
         """Algorithm 3's immediate request to move a converged job; decided at once."""
-        check_node(node, req.node)
+        node = h.agent_node(authorization)
+        if isinstance(node, Answer):
+            return answer(node)
+        refused = h.check_node(node, req.node)
+        if refused is not None:
+            return answer(refused)
         if controller is None:
             reply = ReallocationReply(decision="refused",
                                       reason="migration is disabled on this manager")
         else:
             reply = controller.reallocate(node, req)
         m.reallocation_requests.labels(reply.decision).inc()
-        return reply
-
-    async def _args(request: Request) -> dict[str, Any]:
-        try:
-            body = json.loads(await request.body())
-        except ValueError as exc:
-            raise HTTPException(400, f"body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise HTTPException(400, "ExtenderArgs must be a JSON object")
-        return body
-
-    def _timed(verb: str, fn: Callable[[], Any]) -> Any:
-        start = time.perf_counter()
-        try:
-            out = fn()
-        except BadRequest as exc:
-            m.extender_requests.labels(verb, "bad_request").inc()
-            raise HTTPException(400, str(exc)) from None
-        m.extender_requests.labels(verb, "ok").inc()
-        m.extender_seconds.labels(verb).observe(time.perf_counter() - start)
-        return out
+        return Response(reply.model_dump_json(), media_type="application/json")
 
     extender_doc: dict[str, Any] = {"requestBody": {"required": True, "content": {
         "application/json": {"schema": ExtenderArgs.model_json_schema()}}}}
@@ -238,28 +467,25 @@ def create_app(
               responses={200: {"model": ExtenderFilterResult}})
     async def filter_(request: Request) -> Response:
         """kube-scheduler's filter call (ExtenderArgs -> ExtenderFilterResult)."""
-        args = await _args(request)
-        reply = _timed("filter", lambda: filter_nodes(state, args, sched, book))
-        return Response(json.dumps(reply), media_type="application/json")
+        return answer(h.extender("filter", await request.body()))
 
     @app.post("/prioritize", tags=["extender"], openapi_extra=extender_doc,
               responses={200: {"model": list[HostPriority]}})
     async def prioritize(request: Request) -> Response:
         """kube-scheduler's prioritize call (ExtenderArgs -> HostPriorityList, scores 0-10)."""
-        args = await _args(request)
-        reply = _timed("prioritize", lambda: prioritize_nodes(state, args, sched, book))
-        return Response(json.dumps(reply), media_type="application/json")
+        return answer(h.extender("prioritize", await request.body()))
 
-    @app.get("/metrics", tags=["operations"])
-    def metrics_() -> Response:
-        fresh, stale = state.node_counts()
-        m.nodes.labels("fresh").set(fresh)
-        m.nodes.labels("stale").set(stale)
-        for cat, n in state.category_counts().items():
-            m.jobs.labels(cat.value).set(n)
-        for qos_state, n in state.qos_counts().items():
-            m.qos_jobs.labels(qos_state).set(n)
-        return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+    if settings.expose_metrics:
+        @app.get("/metrics", tags=["operations"])
+        def metrics_() -> Response:
+            fresh, stale = state.node_counts()
+            m.nodes.labels("fresh").set(fresh)
+            m.nodes.labels("stale").set(stale)
+            for cat, n in state.category_counts().items():
+                m.jobs.labels(cat.value).set(n)
+            for qos_state, n in state.qos_counts().items():
+                m.qos_jobs.labels(qos_state).set(n)
+            return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", tags=["operations"], response_class=PlainTextResponse)
     def healthz() -> str:
@@ -274,5 +500,8 @@ def create_app(
     app.add_middleware(BodyLimit, agent_limit=settings.max_agent_body_bytes,
                        extender_limit=settings.max_extender_body_bytes,
                        on_refuse=m.bodies_refused.inc)
-    app.include_router(status_router)
+    if hot_routes:
+        app.add_middleware(HotRoutes, handlers=h)
+    if settings.expose_status:
+        app.include_router(status_router)
     return app

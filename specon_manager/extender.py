@@ -13,12 +13,11 @@ A training pod's QoS annotations are read here (the first sight of the pod, see
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
+import orjson
 from pydantic import BaseModel, ConfigDict
 
-from specon.core.qos_sched import qos_placement_scores
-from specon.core.scoring import placement_scores
 from specon_manager.qos import QosBook
 from specon_manager.state import ClusterState, is_training_pod, reservation_key
 
@@ -50,6 +49,27 @@ class HostPriority(_Go):
     Score: int
 
 
+#: ``{"Host":"<name>","Score":`` by node name, built once per name: the HostPriorityList is
+#: written by joining bytes, with no object made per node (bounded; beyond it, not cached).
+_HOST_PREFIX: dict[str, bytes] = {}
+_HOST_PREFIX_MAX = 100_000
+_SCORE_SUFFIX = [f"{s}}}".encode() for s in range(MAX_PRIORITY + 1)]
+
+
+def encode_priorities(names: list[str], scores: list[int]) -> bytes:
+    """The HostPriorityList ``[{"Host": name, "Score": score}, ...]`` as JSON bytes."""
+    found = list(map(_HOST_PREFIX.get, names))
+    if None in found:
+        for i, p in enumerate(found):
+            if p is None:
+                p = found[i] = b'{"Host":' + orjson.dumps(names[i]) + b',"Score":'
+                if len(_HOST_PREFIX) < _HOST_PREFIX_MAX:
+                    _HOST_PREFIX[names[i]] = p
+    prefix = cast(list[bytes], found)  # every None was filled above
+    return b"[" + b",".join(map(bytes.__add__, prefix, map(_SCORE_SUFFIX.__getitem__, scores))
+                            ) + b"]"
+
+
 class BadRequest(ValueError):
     """The scheduler sent something that is not an ExtenderArgs."""
 
@@ -57,7 +77,7 @@ class BadRequest(ValueError):
 def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]] | None]:
     names = args.get("NodeNames")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
             raise BadRequest("NodeNames must be a list of strings")
         return names, None
     nodes = args.get("Nodes")
@@ -68,17 +88,47 @@ def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]
         raise BadRequest("Nodes must be a NodeList with items")
     out: list[str] = []
     for item in items:
-        try:
-            out.append(str(item["metadata"]["name"]))
-        except (KeyError, TypeError) as exc:
-            raise BadRequest("every node in Nodes.items needs metadata.name") from exc
+        name = item.get("metadata", {}).get("name") if isinstance(item, dict) and isinstance(
+            item.get("metadata", {}), dict) else None
+        if not isinstance(name, str):
+            raise BadRequest("every node in Nodes.items needs metadata.name (a string)")
+        out.append(name)
     return out, items
 
 
+def _str_map(obj: Mapping[str, Any], key: str, where: str) -> None:
+    value = obj.get(key)
+    if value is None:
+        return
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise BadRequest(f"{where}.{key} must be an object of strings")
+
+
 def _pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod, with the parts this module reads checked for type (a wrongly typed pod is a
+    400 naming the field, never an error inside)."""
     pod = args.get("Pod")
     if not isinstance(pod, dict):
         raise BadRequest("Pod must be an object")
+    meta = pod.get("metadata")
+    if meta is not None:
+        if not isinstance(meta, dict):
+            raise BadRequest("Pod.metadata must be an object")
+        _str_map(meta, "labels", "Pod.metadata")
+        _str_map(meta, "annotations", "Pod.metadata")
+        for key in ("name", "namespace", "uid", "creationTimestamp"):
+            if meta.get(key) is not None and not isinstance(meta[key], str):
+                raise BadRequest(f"Pod.metadata.{key} must be a string")
+        refs = meta.get("ownerReferences")
+        if refs is not None and (not isinstance(refs, list) or not all(
+                isinstance(r, dict) for r in refs)):
+            raise BadRequest("Pod.metadata.ownerReferences must be a list of objects")
+    spec = pod.get("spec")
+    if spec is not None:
+        if not isinstance(spec, dict):
+            raise BadRequest("Pod.spec must be an object")
+        if spec.get("schedulerName") is not None and not isinstance(spec["schedulerName"], str):
+            raise BadRequest("Pod.spec.schedulerName must be a string")
     return pod
 
 
@@ -115,21 +165,22 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: s
 
 
 def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: str,
-                     qos: QosBook | None = None) -> list[dict[str, Any]]:
-    """HostPriorityList for ``args``: 0..10, higher is better; 0 for unknown or stale nodes.
+                     qos: QosBook | None = None) -> bytes:
+    """HostPriorityList for ``args`` (JSON bytes): 0..10, higher is better; 0 for unknown or
+    stale nodes.
     A pod with a deadline or a target (read by ``qos``) is scored by free CPU and at-risk
     jobs; any other training pod by the SpeCon score."""
     pod = _pod(args)
     names, _ = _node_names(args)
     if not is_training_pod(pod, scheduler_name):
-        return [{"Host": n, "Score": 0} for n in names]
+        return encode_priorities(names, [0] * len(names))
     res = state.reservation(reservation_key(pod))
     if res is not None:
-        return [{"Host": n, "Score": MAX_PRIORITY if n == res.target else 0} for n in names]
+        return encode_priorities(names, [MAX_PRIORITY if n == res.target else 0
+                                         for n in names])
     spec = qos.observe(pod) if qos is not None else None
-    scores: Mapping[str, int]
     if spec is not None:
-        scores = qos_placement_scores(state.qos_views(names), MAX_PRIORITY)
+        scores = state.qos_priorities(names, MAX_PRIORITY)
     else:
-        scores = placement_scores(state.views(names), state.weights, MAX_PRIORITY)
-    return [{"Host": n, "Score": int(scores.get(n, 0))} for n in names]
+        scores = state.priorities(names, MAX_PRIORITY)
+    return encode_priorities(names, scores)

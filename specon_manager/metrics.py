@@ -22,7 +22,15 @@ class ManagerMetrics:
         self.heartbeats = Counter(
             "specon_heartbeats_total",
             "Heartbeats received, by result (accepted, unauthenticated, forbidden, invalid, "
-            "unknown_node).", ["result"], registry=r)
+            "clock_skew, unknown_node).", ["result"], registry=r)
+        self.heartbeats_superseded = Counter(
+            "specon_heartbeats_superseded_total",
+            "Accepted heartbeats older (seq and time) than the node's last: not kept, answered "
+            "accepted=false.", registry=r)
+        self.heartbeat_jobs_ignored = Counter(
+            "specon_heartbeat_jobs_ignored_total",
+            "Jobs in accepted heartbeats that are not pods on the reporting node (by UID, from "
+            "the pod cache): dropped from the report.", registry=r)
         self.reallocation_requests = Counter(
             "specon_reallocation_requests_total",
             "Reallocation requests from agents, by decision.", ["decision"], registry=r)

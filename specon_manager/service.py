@@ -14,10 +14,11 @@ from fastapi import FastAPI
 
 from specon.core.scoring import Weights
 from specon_manager.app import create_app
-from specon_manager.kube import Kube, KubeError, event_body, meta
+from specon_manager.kube import Kube, KubeError, event_body, meta, pod_path
 from specon_manager.leader import LeaseElector
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
+from specon_manager.pods import PodDirectory
 from specon_manager.qos import EventPoster, QosBook
 from specon_manager.rebalance import Rebalancer
 from specon_manager.settings import ManagerSettings
@@ -148,7 +149,21 @@ def _fault_exit(phase: str) -> Any:
 def _warning_sender(kube: Kube) -> Any:
     """Posts a Warning event on a pod (what :class:`QosBook` reports a malformed spec with)."""
     def send(pod: Any, reason: str, message: str) -> None:
-        md: dict[str, Any] = dict(meta(pod))
+        # The pod comes from a caller's body: post only on the pod the API server has under
+        # that name with that UID, with the API's metadata (never the caller's text as object).
+        given: dict[str, Any] = dict(meta(pod))
+        ns, name, uid = given.get("namespace"), given.get("name"), given.get("uid")
+        if not (isinstance(ns, str) and isinstance(name, str) and uid):
+            return
+        try:
+            real = kube.get(pod_path(ns, name))
+        except (KubeError, OSError) as exc:
+            log.warning("event %s on %s/%s not recorded: %s", reason, ns, name, exc)
+            return
+        if real is None or meta(real).get("uid") != uid:
+            log.info("event %s not posted: no pod %s/%s with uid %s", reason, ns, name, uid)
+            return
+        md: dict[str, Any] = dict(meta(real))
         try:
             kube.create(f"/api/v1/namespaces/{md['namespace']}/events", event_body(
                 {"apiVersion": "v1", "metadata": md}, reason, message, warning=True))
@@ -173,8 +188,10 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
     node_exists: Any = service.nodes.exists if service.nodes is not None else None
     poster = EventPoster(_warning_sender(kube)) if kube is not None else None
     qos = QosBook(post=poster, on_invalid=metrics.qos_invalid.inc)
+    pods = PodDirectory(kube.get) if kube is not None and settings.verify_reported_pods else None
     app = create_app(settings, state=state, controller=service.controller,
-                     node_exists=node_exists, metrics=metrics, qos=qos)
+                     node_exists=node_exists, metrics=metrics, qos=qos,
+                     pod_on_node=pods.on_node if pods is not None else None)
     app.state.events = poster
     app.state.service = service
     return app, service

@@ -23,8 +23,17 @@ class ManagerSettings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: Largest request body accepted on the agent endpoints (heartbeats, reallocation requests).
     max_agent_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
-    #: Largest request body accepted on the extender endpoints (full Node lists are large).
-    max_extender_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    #: Largest request body accepted on the extender endpoints. Names only
+    #: (``nodeCacheCapable: true``) are about 15 bytes a node; full Node lists are 2-20 KB a
+    #: node, so keep this well under the pod's memory limit (decoded JSON takes several times
+    #: its size).
+    max_extender_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Serve ``/docs``, ``/redoc`` and ``/openapi.json`` (the API's description).
+    expose_docs: bool = False
+    #: Serve the HTML status page ``/status`` (it names nodes, pods and namespaces).
+    expose_status: bool = True
+    #: Serve ``/metrics`` (Prometheus).
+    expose_metrics: bool = True
 
     # -- agents -------------------------------------------------------------------------------
     #: File of agent credentials, one ``TOKEN NODE`` pair per line (``#`` comments allowed).
@@ -34,6 +43,14 @@ class ManagerSettings(BaseSettings):
     heartbeat_interval_s: Positive = 30.0
     #: A node whose last heartbeat is older than this many intervals is "unknown" (never idle).
     stale_after_intervals: Positive = 3.0
+    #: Check every job a heartbeat reports against the API server (a pod of that
+    #: namespace/name and UID on that node; looked up in the background and cached), and drop
+    #: the others (``specon_heartbeat_jobs_ignored_total``). Off by default for now: the plane
+    #: tests' agent stand-ins report jobs that are not pods.
+    verify_reported_pods: bool = False
+    #: A heartbeat whose ``time`` is further than this from the manager's clock is refused
+    #: (422): a time far in the future would otherwise hide the node's later heartbeats.
+    max_clock_skew_s: Positive = 300.0
 
     # -- the algorithms' parameters (sent to every agent in each heartbeat reply) ---------------
     alpha: Positive = defaults.ALPHA

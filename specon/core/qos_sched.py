@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 #: What each at-risk job on a node costs it, in units of the free-CPU range (0..1): more than
 #: 1, so that no amount of free CPU makes up for an at-risk job.
 AT_RISK_PENALTY = 2.0
@@ -35,28 +38,45 @@ class NodeQos:
 
 def qos_value(node: NodeQos, most_free: float) -> float:
     """free / most_free - AT_RISK_PENALTY * at_risk: higher is better."""
-    free = max(0.0, node.free_cpus)
-    share = free / most_free if most_free > 0 else 0.0
-    return share - AT_RISK_PENALTY * node.at_risk
+    return float(qos_values(np.array([node.free_cpus]), np.array([float(node.at_risk)]),
+                            most_free)[0])
+
+
+def qos_values(free_cpus: npt.NDArray[np.float64], at_risk: npt.NDArray[np.float64],
+               most_free: float) -> npt.NDArray[np.float64]:
+    """:func:`qos_value` of many nodes at once (free CPUs below 0 count as 0)."""
+    free = np.maximum(0.0, free_cpus)
+    share = free / most_free if most_free > 0 else np.zeros_like(free)
+    return share - AT_RISK_PENALTY * at_risk
 
 
 def qos_placement_scores(nodes: Sequence[NodeQos], max_score: int = 10) -> dict[str, int]:
-    """Extender priorities 0..max_score for a pod with a deadline or a target.
+    """Extender priorities 0..max_score for a pod with a deadline or a target (the rule is
+    :func:`qos_priorities`'s). Unavailable nodes get 0, as in the default scoring."""
+    scores = qos_priorities(np.array([n.free_cpus for n in nodes], dtype=np.float64),
+                            np.array([n.at_risk for n in nodes], dtype=np.float64),
+                            np.array([n.available for n in nodes], dtype=bool), max_score)
+    return dict(zip((n.name for n in nodes), scores.tolist(), strict=True))
 
-    Each available node's :func:`qos_value` is mapped linearly onto 1..max_score (the best gets
-    max_score, the worst 1; all equal: all max_score). Unavailable nodes get 0, as in the
-    default scoring.
-    """
-    out = dict.fromkeys((n.name for n in nodes), 0)
-    avail = [n for n in nodes if n.available]
-    if not avail:
+
+def qos_priorities(free_cpus: npt.NDArray[np.float64], at_risk: npt.NDArray[np.float64],
+                   available: npt.NDArray[np.bool_], max_score: int = 10,
+                   ) -> npt.NDArray[np.int64]:
+    """Positionally, from each node's free CPUs, at-risk jobs and availability (no fresh
+    heartbeat: 0). Each available node's :func:`qos_value` is mapped
+    linearly onto 1..max_score (the best gets max_score, the worst 1; all equal: all
+    max_score)."""
+    out = np.zeros(len(free_cpus), dtype=np.int64)
+    if not available.any():
         return out
-    most_free = max(max(0.0, n.free_cpus) for n in avail)
-    value = {n.name: qos_value(n, most_free) for n in avail}
-    lo, hi = min(value.values()), max(value.values())
-    for name, v in value.items():
-        frac = 1.0 if hi - lo < 1e-12 else (v - lo) / (hi - lo)
-        out[name] = 1 + round((max_score - 1) * frac)
+    free = free_cpus[available]
+    value = qos_values(free, at_risk[available], max(0.0, float(free.max())))
+    lo, hi = float(value.min()), float(value.max())
+    if hi - lo < 1e-12:
+        out[available] = max_score
+    else:
+        out[available] = 1 + np.round((max_score - 1) * ((value - lo) / (hi - lo))).astype(
+            np.int64)
     return out
 
 

@@ -209,7 +209,12 @@ def test_metrics_health_and_openapi(manager: Any) -> None:
     assert 'specon_jobs{category="WC"} 1.0' in text
     assert httpx.get(f"{url}/healthz").text == "ok"
     assert httpx.get(f"{url}/readyz").status_code == 200
-    spec = httpx.get(f"{url}/openapi.json").json()
+    # The API description is off unless asked for (expose_docs).
+    assert httpx.get(f"{url}/openapi.json").status_code == 404
+    assert httpx.get(f"{url}/docs").status_code == 404
+    with serve(create_app(ManagerSettings(kubernetes=False, expose_docs=True))) as docs_url:
+        spec = httpx.get(f"{docs_url}/openapi.json").json()
+        assert httpx.get(f"{docs_url}/docs").status_code == 200
     assert {"/filter", "/prioritize", "/v1/heartbeat", "/v1/reallocate"} <= set(spec["paths"])
 
 

@@ -205,3 +205,58 @@ def test_an_at_risk_job_asked_to_move_stays(
     report("on-track", 3000.0)
     reply = reallocate()
     assert reply["decision"] == "migrate" and reply["target"] == other, reply
+
+
+def test_heartbeat_jobs_that_are_not_pods_on_the_node_are_ignored(
+        plane: Plane, plane_namespace: str) -> None:
+    """The manager's pod directory against the real API server: a node's report of a pod on
+    another node, of a pod that does not exist, or of a pod under a wrong UID is dropped
+    (once the directory has looked them up) and counted; its own pod is kept."""
+    from specon_manager.app import create_app
+    from specon_manager.auth import NodeTokens
+    from specon_manager.kube import Kube
+    from specon_manager.pods import PodDirectory
+    from specon_manager.settings import ManagerSettings
+    from specon_manager.state import ClusterState
+
+    nodes = plane.add_nodes(2, prefix=f"podsdir-{uuid.uuid4().hex[:6]}")
+    kube = Kube.from_kubeconfig(plane.kubeconfig)
+    uids = {}
+    for name, node in (("mine", nodes[0]), ("theirs", nodes[1])):
+        pod = kube.create(f"/api/v1/namespaces/{plane_namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}]}})
+        uids[name] = pod["metadata"]["uid"]
+    tokens = {"pods-directory-token-0001": nodes[0]}
+    state = ClusterState(stale_after_s=600)
+    directory = PodDirectory(kube.get)
+    app = create_app(ManagerSettings(kubernetes=False), state=state,
+                     tokens=NodeTokens(tokens), pod_on_node=directory.on_node)
+    report = [job("mine", "CC", namespace=plane_namespace, uid=uids["mine"]),
+              job("theirs", "CC", namespace=plane_namespace, uid=uids["theirs"]),
+              job("ghost", "CC", namespace=plane_namespace, uid="ghost-uid",
+                  checkpointable=True),
+              job("mine", "CC", namespace="kube-system", uid=uids["mine"])]
+    from servelib import serve
+    with serve(app) as url:
+        def send(seq: int) -> None:
+            r = httpx.post(f"{url}/v1/heartbeat", json=heartbeat(nodes[0], report, seq=seq),
+                           headers={"Authorization": "Bearer pods-directory-token-0001"})
+            assert r.status_code == 200, r.text
+
+        # first sight: not known yet, kept (a heartbeat never waits for the API server)
+        send(1)
+        hb = state.heartbeat(nodes[0])
+        assert hb is not None and len(hb.jobs) == 4
+        deadline = time.monotonic() + 30
+        while any(directory.on_node(j["namespace"], j["pod"], j["uid"], nodes[0]) is None
+                  for j in report):
+            assert time.monotonic() < deadline, "the pod directory did not answer"
+            time.sleep(0.1)
+        send(2)
+        hb = state.heartbeat(nodes[0])
+        assert hb is not None
+        assert [(j.namespace, j.pod) for j in hb.jobs] == [(plane_namespace, "mine")]
+        metrics = httpx.get(f"{url}/metrics").text
+        assert "specon_heartbeat_jobs_ignored_total 3.0" in metrics
+    kube.close()

@@ -1,0 +1,353 @@
+"""The manager at cluster scale: extender latency, heartbeats per second, memory and CPU, and a
+flood of maximum-size extender bodies against a normal heartbeat's latency.
+
+Usage: python benchmarks/manager_scale.py [--nodes 500 5000] [--jobs 100] [--calls 300]
+       [--repeats 3] [--heartbeat-seconds 5] [--clients 2] [--connections 16]
+       [--flood-seconds 10] [--manager-cpu 0]
+
+Starts the real manager (``python -m specon_manager``, no Kubernetes) on a loopback port, pinned
+to one CPU (``--manager-cpu``; the clients run on the others), with a token per node. Then:
+
+1. registers ``max(--nodes)`` nodes by heartbeat, each reporting ``--jobs`` jobs, and reads the
+   manager's RSS (the state for that many nodes x jobs);
+2. times kube-scheduler's calls from this process over HTTP (one keep-alive connection, as the
+   scheduler's), filter and prioritize with NodeNames (``nodeCacheCapable: true``) for each
+   ``--nodes``: p50 and p99 over ``--calls`` calls, ``--repeats`` times (the spread is the
+   range of the repeats);
+3. idle: the manager's CPU over 5 s with no traffic;
+4. heartbeats: ``--clients`` processes, each with ``--connections`` keep-alive connections
+   sending distinct valid, authenticated heartbeats (3 jobs, increasing seq per node), 8
+   pipelined per connection, for ``--heartbeat-seconds``; accepted per second (200 with
+   ``"accepted":true``), the manager's own accepted counter compared with the clients' count
+   (none lost), and the manager's CPU and RSS meanwhile; ``--repeats`` times;
+5. flood: three clients send extender bodies just under the manager's limit
+   (``max_extender_body_bytes``) back to back while one agent sends a heartbeat every 50 ms;
+   the heartbeat's p50/p99 with and without the flood.
+
+Everything stays on loopback. Numbers depend on the machine and on what else runs on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+POD = {"metadata": {"name": "train-1", "namespace": "default", "uid": "u-1",
+                    "labels": {"specon.io/training": "true"}},
+       "spec": {"schedulerName": "specon", "containers": [{"name": "main", "image": "x"}]}}
+CATS = ("PC", "WC", "CC")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def token(i: int) -> str:
+    return f"benchmark-token-{i:08d}"
+
+
+def hb_body(i: int, seq: int, jobs: int) -> bytes:
+    node = f"node-{i}"
+    return json.dumps({"node": node, "time": time.time(), "seq": seq, "capacity_cpus": 16,
+                       "load_cores": float(i % 13), "jobs": [
+                           {"namespace": "default", "pod": f"{node}-{k}", "uid": f"uid-{i}-{k}",
+                            "category": CATS[(i + k) % 3]} for k in range(jobs)]},
+                      separators=(",", ":")).encode()
+
+
+def request(path: str, body: bytes, auth: str | None = None) -> bytes:
+    head = (f"POST {path} HTTP/1.1\r\nhost: m\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n")
+    if auth:
+        head += f"authorization: Bearer {auth}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+class Proc:
+    """The manager's RSS and CPU seconds from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def metric(port: int, name: str) -> float:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name))
+
+
+# -- heartbeat load (in client processes) ---------------------------------------------------------
+async def _read_response(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    body = await reader.readexactly(length)
+    return head[9:12] + b" " + body
+
+
+async def _hb_connection(port: int, nodes: list[int], stop: float, out: list[int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    seq = 1
+    depth = 8
+    try:
+        while time.time() < stop:
+            seq += 1
+            batch = [nodes[(seq * depth + k) % len(nodes)] for k in range(depth)]
+            writer.write(b"".join(request("/v1/heartbeat", hb_body(i, seq, 3), token(i))
+                                  for i in batch))
+            await writer.drain()
+            for _ in batch:
+                r = await _read_response(reader)
+                if r.startswith(b"200") and b'"accepted":true' in r:
+                    out[0] += 1
+                else:
+                    out[1] += 1
+    finally:
+        writer.close()
+
+
+def _hb_client(port: int, nodes: list[int], connections: int, stop: float, cpu: int | None,
+               q: Any) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    out = [0, 0]
+    per = max(1, len(nodes) // connections)
+
+    async def main() -> None:
+        # each connection owns its own nodes, so a node's seq only grows
+        await asyncio.gather(*(_hb_connection(port, nodes[k * per:(k + 1) * per] or nodes,
+                                              stop, out) for k in range(connections)))
+
+    asyncio.run(main())
+    q.put(out)
+
+
+def heartbeat_load(port: int, n_nodes: int, clients: int, connections: int, seconds: float,
+                   client_cpus: list[int | None]) -> tuple[int, int, float]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    stop = time.time() + 1.0 + seconds  # 1 s to start the processes
+    share = n_nodes // clients
+    procs = [ctx.Process(target=_hb_client, args=(
+        port, list(range(k * share, (k + 1) * share)), connections, stop,
+        client_cpus[k % len(client_cpus)], q)) for k in range(clients)]
+    for p in procs:
+        p.start()
+    results = [q.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(r[0] for r in results), sum(r[1] for r in results), seconds
+
+
+# -- flood ------------------------------------------------------------------------------------
+def flood_body(limit: int, names: list[str]) -> bytes:
+    """A full-Nodes ExtenderArgs just under ``limit`` bytes."""
+    pad = "x" * 4000
+    items = []
+    size = 200
+    i = 0
+    while True:
+        item = {"metadata": {"name": names[i % len(names)], "annotations": {"pad": pad}}}
+        size += len(json.dumps(item)) + 1
+        if size > limit - 8192:
+            break
+        items.append(item)
+        i += 1
+    return json.dumps({"Pod": POD, "Nodes": {"items": items}}).encode()
+
+
+def heartbeat_latency(port: int, seconds: float) -> list[float]:
+    times: list[float] = []
+    stop = time.monotonic() + seconds
+    seq = 10**9  # above the load phase's
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    while time.monotonic() < stop:
+        seq += 1
+        body = hb_body(0, seq, 3)
+        t0 = time.perf_counter()
+        c.request("POST", "/v1/heartbeat", body=body, headers={
+            "Content-Type": "application/json", "Authorization": f"Bearer {token(0)}"})
+        r = c.getresponse()
+        r.read()
+        times.append(time.perf_counter() - t0)
+        assert r.status == 200, r.status
+        time.sleep(0.05)
+    c.close()
+    return times
+
+
+def flood(port: int, body: bytes, stop: float, counts: list[int]) -> None:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    while time.monotonic() < stop:
+        c.request("POST", "/prioritize", body=body, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        counts[0 if r.status == 200 else 1] += 1
+    c.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[500, 5000])
+    ap.add_argument("--jobs", type=int, default=100)
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--heartbeat-seconds", type=float, default=5.0)
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--flood-seconds", type=float, default=10.0)
+    ap.add_argument("--manager-cpu", type=int, default=0)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["extender", "heartbeats", "flood"])
+    args = ap.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    mcpu = args.manager_cpu if args.manager_cpu in cpus else None
+    client_cpus: list[int | None] = [c for c in cpus if c != mcpu] or [None]
+    if client_cpus != [None]:
+        os.sched_setaffinity(0, set(c for c in client_cpus if c is not None))
+    n_max = max(args.nodes)
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = Path(tmp) / "tokens"
+        tok.write_text("".join(f"{token(i)} node-{i}\n" for i in range(n_max)))
+        port = free_port()
+        env = {**os.environ, "SPECON_MANAGER_KUBERNETES": "false",
+               "SPECON_MANAGER_HOST": "127.0.0.1", "SPECON_MANAGER_PORT": str(port),
+               "SPECON_MANAGER_TOKENS_FILE": str(tok), "SPECON_MANAGER_LOG_LEVEL": "warning",
+               "SPECON_MANAGER_HEARTBEAT_INTERVAL_S": "3600"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specon_manager"], env=env, cwd=REPO,
+            preexec_fn=(lambda: os.sched_setaffinity(0, {mcpu})) if mcpu is not None else None)
+        mp_ = Proc(proc.pid)
+        print(f"manager pid {proc.pid} on CPU {mcpu}, clients on {client_cpus}; "
+              f"{os.cpu_count()} CPUs")
+        try:
+            for _ in range(300):
+                try:
+                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                    c.request("GET", "/healthz")
+                    if c.getresponse().status == 200:
+                        break
+                except OSError:
+                    time.sleep(0.1)
+            rss0 = mp_.rss_mib()
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            for i in range(n_max):
+                c.request("POST", "/v1/heartbeat", body=hb_body(i, 1, args.jobs), headers={
+                    "Content-Type": "application/json", "Authorization": f"Bearer {token(i)}"})
+                r = c.getresponse()
+                r.read()
+                assert r.status == 200, (r.status, i)
+            print(f"RSS: {rss0:.0f} MiB empty, {mp_.rss_mib():.0f} MiB with {n_max} nodes x "
+                  f"{args.jobs} jobs")
+            if "extender" not in args.skip:
+                print(f"{'nodes':>6} {'call':<11} {'p50 ms':>16} {'p99 ms':>16}  (median "
+                      f"[min-max] of {args.repeats} x {args.calls} calls)")
+                for n in args.nodes:
+                    raw = json.dumps({"Pod": POD, "NodeNames": [f"node-{i}" for i in range(n)]}
+                                     ).encode()
+                    for verb in ("filter", "prioritize"):
+                        p50s, p99s = [], []
+                        for _ in range(args.repeats):
+                            times = []
+                            for _ in range(args.calls):
+                                t0 = time.perf_counter()
+                                c.request("POST", f"/{verb}", body=raw,
+                                          headers={"Content-Type": "application/json"})
+                                r = c.getresponse()
+                                r.read()
+                                times.append(time.perf_counter() - t0)
+                                assert r.status == 200
+                            p50s.append(1000 * statistics.median(times))
+                            p99s.append(1000 * pct(times, 99))
+                        f = lambda xs: (f"{statistics.median(xs):.2f} "  # noqa: E731
+                                        f"[{min(xs):.2f}-{max(xs):.2f}]")
+                        print(f"{n:>6} {verb:<11} {f(p50s):>16} {f(p99s):>16}", flush=True)
+            c.close()
+            cpu0 = mp_.cpu_s()
+            time.sleep(5)
+            print(f"idle: {100 * (mp_.cpu_s() - cpu0) / 5:.1f}% of a core, RSS "
+                  f"{mp_.rss_mib():.0f} MiB")
+            if "heartbeats" not in args.skip:
+                for _ in range(args.repeats):
+                    before = metric(port, 'specon_heartbeats_total{result="accepted"}')
+                    cpu0, t0 = mp_.cpu_s(), time.monotonic()
+                    ok, bad, secs = heartbeat_load(port, n_max, args.clients, args.connections,
+                                                   args.heartbeat_seconds, client_cpus)
+                    wall = time.monotonic() - t0
+                    cpu = mp_.cpu_s() - cpu0
+                    counted = metric(port, 'specon_heartbeats_total{result="accepted"}') - before
+                    print(f"heartbeats: {ok / secs:.0f}/s accepted ({ok} in {secs:.0f} s, "
+                          f"{bad} not accepted; manager counted {counted:.0f}); manager CPU "
+                          f"{100 * cpu / wall:.0f}% of a core, RSS {mp_.rss_mib():.0f} MiB",
+                          flush=True)
+            if "flood" not in args.skip:
+                limit = int(os.environ.get("SPECON_MANAGER_MAX_EXTENDER_BODY_BYTES",
+                                           4 * 1024 * 1024))
+                body = flood_body(limit, [f"node-{i}" for i in range(n_max)])
+                quiet = heartbeat_latency(port, args.flood_seconds / 2)
+                counts = [0, 0]
+                stop = time.monotonic() + args.flood_seconds
+                floods = [threading.Thread(target=flood, args=(port, body, stop, counts))
+                          for _ in range(3)]
+                peak = [0.0]
+
+                def sample() -> None:
+                    while time.monotonic() < stop:
+                        peak[0] = max(peak[0], mp_.rss_mib())
+                        time.sleep(0.05)
+
+                floods.append(threading.Thread(target=sample))
+                for t in floods:
+                    t.start()
+                time.sleep(0.5)
+                loud = heartbeat_latency(port, args.flood_seconds - 1)
+                for t in floods:
+                    t.join()
+                rss_peak = peak[0]
+                ms = lambda xs, p: 1000 * pct(xs, p)  # noqa: E731
+                print(f"flood: heartbeat p50/p99 {ms(quiet, 50):.1f}/{ms(quiet, 99):.1f} ms "
+                      f"quiet, {ms(loud, 50):.1f}/{ms(loud, 99):.1f} ms while 3 clients sent "
+                      f"{len(body) / 2**20:.1f} MiB bodies ({counts[0]} answered, {counts[1]} "
+                      f"refused; manager RSS peak {rss_peak:.0f} MiB)")
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()
