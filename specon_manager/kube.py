@@ -18,10 +18,15 @@ import httpx
 import yaml
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+TRANSPORT = 0  # KubeError.status of a request that got no usable HTTP answer
 
 
 class KubeError(Exception):
-    """The API server refused a request: ``status`` is the HTTP status, ``reason`` its reason."""
+    """The API server refused a request: ``status`` is the HTTP status, ``reason`` its reason.
+
+    A request that never got an answer (connection refused or reset, a timeout, a broken or
+    non-JSON reply) is a KubeError too, with ``status`` 0 (TRANSPORT): callers catch one type,
+    so an API-server outage cannot escape a loop that only expected refusals."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"{status} {reason}: {message}")
@@ -82,7 +87,10 @@ class Kube:
     def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None,
               params: dict[str, str] | None = None) -> Any:
         headers = {"Content-Type": content_type} if content_type else {}
-        resp = self._http.request(method, path, json=body, headers=headers, params=params)
+        try:
+            resp = self._http.request(method, path, json=body, headers=headers, params=params)
+        except httpx.HTTPError as exc:  # ConnectError, timeouts, protocol errors, ...
+            raise KubeError(TRANSPORT, type(exc).__name__, f"{method} {path}: {exc}") from exc
         if resp.status_code >= 400:
             try:
                 status = resp.json()
@@ -90,7 +98,13 @@ class Kube:
             except ValueError:
                 reason, message = "", resp.text
             raise KubeError(resp.status_code, reason, message)
-        return resp.json() if resp.content else None
+        if not resp.content:
+            return None
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise KubeError(TRANSPORT, "BadBody",
+                            f"{method} {path}: reply is not JSON: {exc}") from exc
 
     def get(self, path: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
