@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import os
 import stat
 from pathlib import Path, PurePosixPath
@@ -87,7 +88,14 @@ def _open_walk(dirfd: int, parts: list[str], flags: int, mode: int) -> int:
         os.close(cur)
 
 
-def open_beneath(root: Path | str, rel: str | PurePosixPath, flags: int = os.O_RDONLY,
+def _rootfd(root: Path | str | int) -> int:
+    """An fd for the root: a path is opened (a folder), an fd (already confined) duplicated."""
+    if isinstance(root, int):
+        return os.dup(root)
+    return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def open_beneath(root: Path | str | int, rel: str | PurePosixPath, flags: int = os.O_RDONLY,
                  mode: int = 0o644, regular: bool = True) -> int:
     """An fd for ``root/rel`` opened with ``flags | O_NONBLOCK``, confined beneath ``root``.
 
@@ -95,7 +103,7 @@ def open_beneath(root: Path | str, rel: str | PurePosixPath, flags: int = os.O_R
     ``regular``) anything but a regular file; other ``OSError`` (missing file) pass through."""
     parts = relative_parts(rel)
     flags |= os.O_NONBLOCK
-    rootfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    rootfd = _rootfd(root)
     try:
         fd = -1
         if _libc is not None and _have_openat2 is not False:
@@ -115,7 +123,7 @@ def open_beneath(root: Path | str, rel: str | PurePosixPath, flags: int = os.O_R
     return fd
 
 
-def read_beneath(root: Path | str, rel: str | PurePosixPath, limit: int) -> bytes:
+def read_beneath(root: Path | str | int, rel: str | PurePosixPath, limit: int) -> bytes:
     """At most ``limit`` bytes of a confined regular file; a larger file is refused."""
     fd = open_beneath(root, rel)
     try:
@@ -135,14 +143,14 @@ def read_beneath(root: Path | str, rel: str | PurePosixPath, limit: int) -> byte
         os.close(fd)
 
 
-def write_beneath(root: Path | str, rel: str | PurePosixPath, data: bytes) -> None:
+def write_beneath(root: Path | str | int, rel: str | PurePosixPath, data: bytes) -> None:
     """Write ``data`` to ``root/rel`` atomically (temp file + rename in the same confined
     folder); neither the folder nor the file may be reached through a symlink or ``..``."""
     parts = relative_parts(rel)
     name = parts[-1]
     tmp = f".{name}.tmp-{os.getpid()}"
     dirparts = parts[:-1]
-    rootfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    rootfd = _rootfd(root)
     try:
         dfd = (_open_walk(rootfd, [*dirparts, "."], os.O_RDONLY | os.O_DIRECTORY, 0)
                if dirparts else os.dup(rootfd))
@@ -159,3 +167,31 @@ def write_beneath(root: Path | str, rel: str | PurePosixPath, data: bytes) -> No
         os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     finally:
         os.close(dfd)
+
+
+def sha256_beneath(root: Path | str | int, rel: str, declared: int, cap: int) -> str:
+    """The SHA-256 of a confined regular file, hashed in 1 MiB chunks (memory stays flat
+    whatever the size); a file whose size is not ``declared``, or over ``cap``, is refused
+    before any byte is hashed, and one that grows while being read is refused too."""
+    if declared > cap:
+        raise ConfinementError(errno.EFBIG, f"{rel!r}: declared {declared} bytes, over {cap}")
+    fd = open_beneath(root, rel)
+    try:
+        size = os.fstat(fd).st_size
+        if size != declared:
+            raise ConfinementError(errno.EINVAL,
+                                   f"{rel!r} has {size} bytes, manifest says {declared}")
+        h, n = hashlib.sha256(), 0
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            n += len(b)
+            if n > declared:
+                raise ConfinementError(errno.EFBIG, f"{rel!r} grew past {declared} bytes")
+            h.update(b)
+        if n != declared:
+            raise ConfinementError(errno.EINVAL, f"{rel!r} shrank to {n} bytes")
+        return h.hexdigest()
+    finally:
+        os.close(fd)

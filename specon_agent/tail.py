@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from .safefs import ConfinementError, open_beneath
+
 #: A line longer than this without a newline is dropped (counted), so a runaway writer cannot
 #: grow the agent's memory.
 MAX_LINE = 1 << 20
@@ -30,6 +32,7 @@ class TailStats:
     truncations: int = 0
     bytes_read: int = 0
     dropped_lines: int = 0
+    refused: int = 0  # opens refused by the confinement (outside the root, symlink, not a file)
 
 
 class FileTail:
@@ -48,8 +51,12 @@ class FileTail:
         tail_bytes: int | None = 1 << 20,
         max_read: int = 4 << 20,
         stats: TailStats | None = None,
+        root: Path | None = None,
     ) -> None:
         self.path = Path(path)
+        #: When set, the path came from a pod: it is opened beneath this root, no symlink
+        #: followed, regular files only (specon_agent.safefs); a refusal is counted.
+        self.root = root
         # Only for the first file: after a rotation the new file is read from its start.
         self._tail_bytes = tail_bytes
         self.max_read = max_read
@@ -67,7 +74,14 @@ class FileTail:
 
     def _open(self) -> bool:
         try:
-            f = open(self.path, "rb")  # noqa: SIM115  (kept open across polls)
+            if self.root is None:
+                f = open(self.path, "rb")  # noqa: SIM115  (kept open across polls)
+            else:
+                rel = self.path.relative_to(self.root)
+                f = os.fdopen(open_beneath(self.root, str(rel)), "rb")
+        except (ConfinementError, ValueError):
+            self.stats.refused += 1
+            return False
         except OSError:
             return False
         st = os.fstat(f.fileno())
