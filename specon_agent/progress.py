@@ -60,7 +60,7 @@ class ProgressSource:
 
     def _parser_errors(self) -> int:
         c = self._parser.counters
-        total = c.malformed + c.oversized
+        total = c.malformed + c.oversized + c.regex_timeouts
         new, self._errors_seen = total - self._errors_seen, total
         return new
 
