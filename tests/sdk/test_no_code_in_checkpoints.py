@@ -43,4 +43,5 @@ def test_a_planted_pickle_is_refused_without_running(tmp_path: Path) -> None:
     restored = _ck(tmp_path).load()
     assert not marker.exists()
     assert restored is not None and restored.step == 1  # the older, plain checkpoint
+    assert [n for n, _ in restored.rejected] == [saved["checkpoint"]]  # named, with why
     assert restored.state == {"w": [1, 2], "t": (1, 2.5), "b": b"x", "s": {3}}
