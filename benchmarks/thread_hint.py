@@ -43,7 +43,7 @@ from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Arrived, DockerDiscovery
 
 ROOT = Path(__file__).resolve().parents[1]
-LABEL = {"org.specon.test": "docker"}  # removed by the docker tests' clean-up if left behind
+LABEL = {"org.specon.test.kind": "benchmark"}  # its containers are removed in a finally
 
 
 def image() -> str:

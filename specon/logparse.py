@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import regex as _user_re  # a user's pattern runs here: it takes a per-search timeout
+
 __all__ = ["Counters", "LogParser", "Record", "parse_text"]
 
 _NUMBER = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)"
@@ -60,6 +62,7 @@ class Counters:
     malformed: int = 0  # looked like a record (ours, or a dict with a loss) and was not one
     non_finite: int = 0  # records whose loss is nan or inf
     oversized: int = 0  # segments longer than the limit, dropped
+    regex_timeouts: int = 0  # lines the user's pattern gave up on (backtracking past the bound)
     duplicates: int = 0  # a progress bar redrawn with the same values
 
 
@@ -83,13 +86,18 @@ class LogParser:
         regex: str | None = None,
         loss_keys: Iterable[str] = DEFAULT_LOSS_KEYS,
         max_line: int = 64 * 1024,
+        regex_timeout_s: float = 0.05,
     ) -> None:
         self.counters = Counters()
         self.loss_keys = tuple(k.lower() for k in loss_keys)
         self.max_line = max_line
+        #: A user's pattern comes from a pod annotation: one that backtracks catastrophically
+        #: must not stall the agent's loop, so every search is bounded in time and a line it
+        #: gives up on is counted and skipped.
+        self.regex_timeout_s = regex_timeout_s
         try:
-            self._regex = re.compile(regex) if regex else None
-        except re.error as exc:
+            self._regex = _user_re.compile(regex) if regex else None
+        except (_user_re.error, ValueError, TypeError) as exc:
             raise ValueError(f"not a valid regular expression: {exc}") from exc
         if self._regex is not None and "loss" not in self._regex.groupindex:
             raise ValueError("the regex needs a named group (?P<loss>...)")
@@ -165,7 +173,11 @@ class LogParser:
 
     def _user(self, text: str) -> Record | None:
         assert self._regex is not None
-        match = self._regex.search(text)
+        try:
+            match = self._regex.search(text, timeout=self.regex_timeout_s)
+        except TimeoutError:
+            self.counters.regex_timeouts += 1
+            return None
         if match is None:
             return None
         groups = match.groupdict()

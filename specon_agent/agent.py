@@ -8,12 +8,12 @@ the agent deterministically against real containers.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import os
 import queue
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -25,7 +25,7 @@ from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
 from specon.core.threads import threads_for_limit
 from specon.core.urgency import Assessment, prioritised, qos_limits
-from specon.sdk import SAVED_FILE, verify_checkpoint
+from specon.sdk import SAVED_FILE
 from specon.wire import (
     CheckpointRequest,
     Heartbeat,
@@ -44,7 +44,11 @@ from .manager import ManagerLink
 from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
 from .progress import ProgressSource
 from .qos import JobQos
+from .safefs import ConfinementError, open_beneath, read_beneath, sha256_beneath, write_beneath
 from .threads import write_thread_hint
+
+#: saved.json, a manifest, request.json: small JSON files; a bigger one is refused unread.
+SMALL_FILE = 1 << 16
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,9 @@ class LoopConfig:
     poll_s: float = 2.0
     tail_bytes: int = 1 << 20
     restore_on_exit: bool = True
+    #: The largest checkpoint data file the agent hashes (bytes): a bigger one is refused
+    #: before it is read, whatever its manifest says (docs/security.md).
+    checkpoint_max_bytes: int = 64 << 30
     #: Quality targets and deadlines: how often they are judged, the window of the step rate,
     #: and the lowest limit (cores) a job that can spare CPU is held at.
     qos_interval_s: float = 15.0
@@ -81,6 +88,7 @@ class _Followed:
     target: Target
     source: ProgressSource | None
     stats_seen: tuple[int, int, int] = (0, 0, 0)  # rotations, truncations, bytes
+    refusal_seen: bool = False  # its progress file was refused (counted once)
     asked: bool = False  # a reallocation was asked (standalone: said once)
     #: saved.json and its manifest as last read with the data file's stat, and the checkpoint
     #: they proved (None: it did not verify).
@@ -153,7 +161,8 @@ class Agent:
     def _source(self, t: Target) -> ProgressSource | None:
         # One source per job: the SDK writes every record to its file and to stdout alike.
         if t.progress_path is not None and t.progress_path.parent.is_dir():
-            return ProgressSource(t.progress_path, "plain", self.config.tail_bytes, t.loss_regex)
+            return ProgressSource(t.progress_path, "plain", self.config.tail_bytes, t.loss_regex,
+                                  root=t.file_root)
         if t.log_path is not None:
             return ProgressSource(t.log_path, t.log_kind, self.config.tail_bytes, t.loss_regex)
         log.warning("%s: neither a progress file nor a log this agent can read", t.name)
@@ -215,6 +224,12 @@ class Agent:
         if st.bytes_read > seen[2]:
             self.metrics.log_bytes.inc(st.bytes_read - seen[2])
         job.stats_seen = (st.rotations, st.truncations, st.bytes_read)
+        if st.refused and not job.refusal_seen:
+            # Once per job: the open is refused again every poll while the path stays bad.
+            job.refusal_seen = True
+            self.metrics.confinement_refusals.labels("progress").inc()
+            log.warning("%s: %s refused: outside %s, through a symlink, or not a regular file",
+                        job.target.name, job.source.path, job.target.file_root)
         if history:
             self.control.prime(cid, reading.losses)
         else:
@@ -432,15 +447,38 @@ class Agent:
         if done:
             body["done"] = True
         try:
-            if path.exists() and json.loads(path.read_text()).get("id") == rid:
-                return
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-request-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(body, f)
-            os.replace(tmp, path)
+            dfd = self._checkpoint_dirfd(job)
+            try:
+                try:
+                    if json.loads(read_beneath(dfd, "request.json", SMALL_FILE)).get("id") == rid:
+                        return
+                except FileNotFoundError:
+                    pass
+                write_beneath(dfd, "request.json", json.dumps(body).encode())
+            finally:
+                os.close(dfd)
             log.info("asked %s for checkpoint %s", job.target.name, rid)
-        except (OSError, ValueError) as exc:
+        except ConfinementError as exc:
+            self.metrics.confinement_refusals.labels("checkpoint").inc()
+            log.warning("%s: request not written, %s refused: %s", job.target.name, path, exc)
+        except (OSError, ValueError, AttributeError) as exc:
             log.warning("cannot write %s: %s", path, exc)
+
+    def _checkpoint_dirfd(self, job: _Followed) -> int:
+        """An fd for the job's checkpoint folder: opened beneath the file root (no symlink, no
+        ``..``) when the folder came from a pod's annotation; every file in it is then opened
+        beneath that fd."""
+        d, root = job.target.checkpoint_dir, job.target.file_root
+        assert d is not None
+        if root is None:
+            return os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            rel = d.relative_to(root)
+        except ValueError as exc:
+            raise ConfinementError(errno.EXDEV, f"{d} is not beneath {root}") from exc
+        if str(rel) == ".":
+            return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return open_beneath(root, str(rel), os.O_RDONLY | os.O_DIRECTORY, regular=False)
 
     def _on_reallocation(self, req: ReallocationRequest, reply: ReallocationReply) -> None:
         if not reply.migrated:
@@ -458,15 +496,54 @@ class Agent:
         if directory is None:
             return None
         try:
-            text = (directory / SAVED_FILE).read_text()
+            dfd = self._checkpoint_dirfd(job)
+        except ConfinementError as exc:
+            self._checkpoint_refused(job, exc)
+            return None
+        except OSError:
+            job.saved_seen, job.checkpoint = None, None
+            return None
+        try:
+            return self._checkpoint_in(job, dfd)
+        except ConfinementError as exc:
+            self._checkpoint_refused(job, exc)
+            return None
+        finally:
+            os.close(dfd)
+
+    def _checkpoint_refused(self, job: _Followed, exc: ConfinementError) -> None:
+        key = ("refused", str(exc), ())
+        if job.saved_seen != key:  # once per distinct refusal, not every heartbeat
+            job.saved_seen, job.checkpoint = key, None
+            self.metrics.confinement_refusals.labels("checkpoint").inc()
+            self.metrics.checkpoints.labels("rejected").inc()
+            log.warning("%s: checkpoint not reported, refused: %s", job.target.name, exc)
+
+    def _checkpoint_in(self, job: _Followed, dfd: int) -> SavedCheckpoint | None:
+        try:
+            text = read_beneath(dfd, SAVED_FILE, SMALL_FILE).decode("utf-8", "replace")
+        except ConfinementError:
+            raise
         except OSError:
             job.saved_seen, job.checkpoint = None, None
             return None
         try:
             saved = json.loads(text)
             name = str(saved["checkpoint"])
-            manifest = (directory / f"{name}.json").read_text()
-            st = (directory / str(json.loads(manifest)["file"])).stat()
+            manifest = read_beneath(dfd, f"{name}.json", SMALL_FILE).decode("utf-8", "replace")
+            meta = json.loads(manifest)
+            data_name, declared = str(meta["file"]), int(meta["bytes"])
+            expected = str(meta["sha256"])
+            if "/" in data_name or data_name in (".", ".."):
+                raise ConfinementError(errno.EXDEV, f"manifest names {data_name!r}, not a file "
+                                       "of the checkpoint folder")
+            fd = open_beneath(dfd, data_name)
+            try:
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+        except ConfinementError:
+            raise
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if job.saved_seen != (text, "", ()):
                 job.saved_seen, job.checkpoint = (text, "", ()), None
@@ -478,7 +555,15 @@ class Agent:
         if seen == job.saved_seen:
             return job.checkpoint
         job.saved_seen, job.checkpoint = seen, None
-        problem, sha256, _ = verify_checkpoint(directory, name)
+        problem: str | None = None
+        try:
+            sha256 = sha256_beneath(dfd, data_name, declared, self.config.checkpoint_max_bytes)
+        except ConfinementError:
+            raise
+        except OSError as exc:
+            problem, sha256 = f"data file unreadable ({type(exc).__name__})", ""
+        if problem is None and sha256 != expected:
+            problem = "checksum mismatch"
         if problem is None and saved.get("sha256") != sha256:
             problem = "saved.json and the manifest disagree on the checksum"
         if problem is None:

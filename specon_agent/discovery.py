@@ -46,6 +46,9 @@ class Target:
     log_kind: str = "docker-json"  # or "cri"
     progress_path: Path | None = None  # the SDK's progress file, as this agent sees it
     checkpoint_dir: Path | None = None
+    #: The root that progress_path and checkpoint_dir come from a pod's annotations beneath:
+    #: the agent opens them confined to it (specon_agent.safefs), never through a symlink.
+    file_root: Path | None = None
     migratable: bool = False
     loss_regex: str | None = None  # a user's pattern with a (?P<loss>...) group
     #: The quality target / deadline the pod states (None: none, or malformed).
@@ -278,6 +281,7 @@ def pod_targets(
         out.append(Target(
             cid=bare_id(cid), namespace=ns, pod=name, container=cs.get("name", "main"), uid=uid,
             log_path=path, log_kind="cri", progress_path=progress, checkpoint_dir=ckpt,
+            file_root=progress_root,
             migratable=labels.get("specon.io/migratable") == "true",
             loss_regex=ann.get(ANNOTATION_REGEX) or None,
             qos=qos, qos_error=problem, created=created,

@@ -69,6 +69,10 @@ class AgentMetrics:
         self.log_rotations = Counter(
             "specon_agent_log_rotations_total", "Followed files found rotated or truncated.",
             ["kind"], registry=r)
+        self.confinement_refusals = Counter(
+            "specon_agent_file_refusals_total",
+            "Pod-supplied paths refused: outside the root, through a symlink, not a regular "
+            "file, or over a size bound (docs/security.md).", ["what"], registry=r)
         self.log_bytes = Counter("specon_agent_log_read_bytes_total",
                                  "Bytes read from followed files.", registry=r)
         self.cpu_unknown = Counter(

@@ -38,11 +38,13 @@ class ProgressSource:
         tail_bytes: int | None = 1 << 20,
         regex: str | None = None,
         path_fn: Callable[[], Path | None] | None = None,
+        root: Path | None = None,
     ) -> None:
         self.kind = kind
         self.path = path
         self._regex = regex
-        self._tail = FileTail(path, tail_bytes=tail_bytes)
+        self._root = root
+        self._tail = FileTail(path, tail_bytes=tail_bytes, root=root)
         self._decoder = decoder_for(kind)
         self._parser = LogParser(regex=regex)
         self._errors_seen = 0
@@ -58,7 +60,7 @@ class ProgressSource:
 
     def _parser_errors(self) -> int:
         c = self._parser.counters
-        total = c.malformed + c.oversized
+        total = c.malformed + c.oversized + c.regex_timeouts
         new, self._errors_seen = total - self._errors_seen, total
         return new
 
@@ -69,7 +71,8 @@ class ProgressSource:
                 # A new file (the container restarted): start it afresh, from its beginning.
                 self._tail.close()
                 self.path = current
-                self._tail = FileTail(current, tail_bytes=None, stats=self._tail.stats)
+                self._tail = FileTail(current, tail_bytes=None, stats=self._tail.stats,
+                                      root=self._root)
                 self._decoder = decoder_for(self.kind)
                 self._parser = LogParser(regex=self._regex)
                 self._errors_seen = 0

@@ -14,9 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from .safefs import ConfinementError, open_beneath
+
 #: A line longer than this without a newline is dropped (counted), so a runaway writer cannot
 #: grow the agent's memory.
 MAX_LINE = 1 << 20
+
+#: How many of the last-read bytes are kept to recognise the file at the next poll: a file
+#: truncated and rewritten past our offset between two polls has the same inode and a larger
+#: size, so only its content shows that it is no longer the file we read.
+CHECK_BYTES = 64
 
 
 @dataclass
@@ -25,6 +32,7 @@ class TailStats:
     truncations: int = 0
     bytes_read: int = 0
     dropped_lines: int = 0
+    refused: int = 0  # opens refused by the confinement (outside the root, symlink, not a file)
 
 
 class FileTail:
@@ -32,7 +40,9 @@ class FileTail:
 
     Rotation (the path now names another file: Docker's json-file and the kubelet rename the
     old one) is detected by inode: the old file is read to its end before the new one is
-    opened. Truncation in place (size below our position) starts again from the beginning.
+    opened. Truncation in place starts again from the beginning: seen as a size below our
+    position, or, when the file grew back past our position before this poll, as bytes before
+    our position that differ from the last ones we read.
     """
 
     def __init__(
@@ -41,8 +51,12 @@ class FileTail:
         tail_bytes: int | None = 1 << 20,
         max_read: int = 4 << 20,
         stats: TailStats | None = None,
+        root: Path | None = None,
     ) -> None:
         self.path = Path(path)
+        #: When set, the path came from a pod: it is opened beneath this root, no symlink
+        #: followed, regular files only (specon_agent.safefs); a refusal is counted.
+        self.root = root
         # Only for the first file: after a rotation the new file is read from its start.
         self._tail_bytes = tail_bytes
         self.max_read = max_read
@@ -51,6 +65,7 @@ class FileTail:
         self._ino: tuple[int, int] | None = None
         self._partial = b""
         self._skip_to_newline = False
+        self._last = b""  # the last CHECK_BYTES bytes read, ending at the file position
 
     def close(self) -> None:
         if self._file is not None:
@@ -59,13 +74,21 @@ class FileTail:
 
     def _open(self) -> bool:
         try:
-            f = open(self.path, "rb")  # noqa: SIM115  (kept open across polls)
+            if self.root is None:
+                f = open(self.path, "rb")  # noqa: SIM115  (kept open across polls)
+            else:
+                rel = self.path.relative_to(self.root)
+                f = os.fdopen(open_beneath(self.root, str(rel)), "rb")
+        except (ConfinementError, ValueError):
+            self.stats.refused += 1
+            return False
         except OSError:
             return False
         st = os.fstat(f.fileno())
         self._file = f
         self._ino = (st.st_dev, st.st_ino)
         self._partial = b""
+        self._last = b""
         if self._tail_bytes is not None and st.st_size > self._tail_bytes:
             f.seek(st.st_size - self._tail_bytes)
             self._skip_to_newline = True  # we landed inside a line
@@ -76,17 +99,31 @@ class FileTail:
         assert self._file is not None
         chunk = self._file.read(budget)
         self.stats.bytes_read += len(chunk)
+        self._last = (self._last + chunk)[-CHECK_BYTES:]
         return chunk
+
+    def _truncated(self) -> bool:
+        assert self._file is not None
+        pos = self._file.tell()
+        if os.fstat(self._file.fileno()).st_size < pos:
+            return True
+        if not self._last:
+            return False
+        try:
+            seen = os.pread(self._file.fileno(), len(self._last), pos - len(self._last))
+        except OSError:
+            return True
+        return seen != self._last
 
     def read_lines(self) -> list[bytes]:
         if self._file is None and not self._open():
             return []
         assert self._file is not None
-        st = os.fstat(self._file.fileno())
-        if st.st_size < self._file.tell():
+        if self._truncated():
             self.stats.truncations += 1
             self._file.seek(0)
             self._partial = b""
+            self._last = b""
             self._skip_to_newline = False
         data = self._drain(self.max_read)
         if len(data) < self.max_read and self._rotated():

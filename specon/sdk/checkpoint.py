@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import pickle
@@ -113,6 +114,19 @@ def verify_checkpoint(directory: Path, name: str) -> tuple[str | None, str, byte
     return None, expected, data
 
 
+class UnsafeCheckpoint(ValueError):
+    """A checkpoint that asks to construct an object (code), not plain data: refused."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Loads dicts, lists, tuples, sets, strings, bytes, numbers, booleans and None only.
+    Every other object reaches :meth:`find_class` (that is how pickle names code to run) and
+    is refused there, before anything of it is imported or called."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise UnsafeCheckpoint(f"checkpoint names {module}.{name}: only plain data is loaded")
+
+
 class Checkpointer:
     """Checkpoints of plain picklable state.
 
@@ -162,7 +176,9 @@ class Checkpointer:
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
     def deserialize(self, data: bytes) -> Any:
-        return pickle.loads(data)
+        # The checkpoint volume may be written by others (another tenant, a compromised job):
+        # only plain data is loaded, never an object whose class would run code.
+        return _PlainUnpickler(io.BytesIO(data)).load()
 
     # -- public ---------------------------------------------------------------------------
     @property

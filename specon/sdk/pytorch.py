@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import pickle
 import random
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from specon.sdk.checkpoint import Checkpointer, Restored, Saved
+from specon.sdk.checkpoint import Checkpointer, Restored, Saved, UnsafeCheckpoint
 
 
 def _set_torch_threads(threads: int) -> None:
@@ -49,20 +50,28 @@ class TorchCheckpointer(Checkpointer):
     def serialize(self, state: Any) -> bytes:
         import torch
 
+        # Two parts, neither able to carry code on load: the tensors (torch.save of a list,
+        # loaded with weights_only=True) and everything else as plain data (loaded by the
+        # base class's plain-data unpickler); tensors are named by their index in the list.
+        tensors: list[Any] = []
+        plain = _split(state, tensors, torch.Tensor)
+        head = super().serialize(plain)
         buffer = io.BytesIO()
-        torch.save(state, buffer)
-        return buffer.getvalue()
+        torch.save(tensors, buffer)
+        return len(head).to_bytes(8, "big") + head + buffer.getvalue()
 
     def deserialize(self, data: bytes) -> Any:
         import torch
 
-        buffer = io.BytesIO(data)
+        n = int.from_bytes(data[:8], "big")
+        plain = super().deserialize(data[8:8 + n])
         try:
-            # Our own verified file (checksum in the manifest): full unpickling is intended.
-            return torch.load(buffer, map_location="cpu", weights_only=False)
-        except TypeError:  # torch < 1.13 has no weights_only
-            buffer.seek(0)
-            return torch.load(buffer, map_location="cpu")
+            tensors = torch.load(io.BytesIO(data[8 + n:]), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise UnsafeCheckpoint(f"not tensors only: {exc}") from exc
+        if not isinstance(tensors, list):
+            raise UnsafeCheckpoint("the tensor part is not a list of tensors")
+        return _join(plain, tensors)
 
     def state(self, step: int) -> dict[str, Any]:
         import torch
@@ -70,7 +79,9 @@ class TorchCheckpointer(Checkpointer):
         rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
         numpy = sys.modules.get("numpy")
         if numpy is not None:
-            rng["numpy"] = numpy.random.get_state()
+            # As plain data (weights_only loads no numpy arrays): (name, key list, pos, ...).
+            name, keys, *rest = numpy.random.get_state()
+            rng["numpy"] = (name, [int(k) for k in keys], *rest)
         return {
             "step": step,
             "model": self.model.state_dict(),
@@ -95,7 +106,8 @@ class TorchCheckpointer(Checkpointer):
             random.setstate(rng["python"])
         numpy = sys.modules.get("numpy")
         if numpy is not None and "numpy" in rng:
-            numpy.random.set_state(rng["numpy"])
+            name, keys, *rest = rng["numpy"]
+            numpy.random.set_state((name, numpy.asarray(keys, dtype=numpy.uint32), *rest))
         self.extra = state.get("extra")
 
     def resume(self) -> Restored | None:
@@ -113,3 +125,33 @@ class TorchCheckpointer(Checkpointer):
 
     def step_end(self, step: int, state: Any = None) -> Saved | None:
         return super().step_end(step, state if state is not None else lambda: self.state(step))
+
+
+_TENSOR = "__specon_tensor__"
+
+
+def _split(obj: Any, tensors: list[Any], tensor_type: type) -> Any:
+    """``obj`` with every tensor replaced by ``(_TENSOR, index)`` and appended to ``tensors``;
+    OrderedDicts become dicts (plain data; ``load_state_dict`` takes either)."""
+    if isinstance(obj, tensor_type):
+        tensors.append(obj)
+        return (_TENSOR, len(tensors) - 1)
+    if isinstance(obj, dict):
+        return {k: _split(v, tensors, tensor_type) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_split(v, tensors, tensor_type) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_split(v, tensors, tensor_type) for v in obj)
+    return obj
+
+
+def _join(obj: Any, tensors: list[Any]) -> Any:
+    if isinstance(obj, tuple) and len(obj) == 2 and obj[0] == _TENSOR:
+        return tensors[obj[1]]
+    if isinstance(obj, dict):
+        return {k: _join(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_join(v, tensors) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_join(v, tensors) for v in obj)
+    return obj

@@ -6,11 +6,17 @@ Finds a container's cgroup from its ID under the cgroupfs layouts (``docker/<id>
 ``…/cri-containerd-<id>.scope``, ``…/crio-<id>.scope``). The engine and the Kubernetes API do
 not see such a write (``docker inspect`` keeps its own value): this serves runtimes with no
 limit API of their own.
+
+Under the kubelet, a container's cgroup sits in its pod's, which holds the sum of the pod's
+limits. A raise above the pod's quota is refused by cgroup v1 (``EINVAL``) and capped by v2's
+hierarchy, so the pod's quota is lifted first (made unlimited; each container keeps its own
+quota) and put back once no container of that pod is left above its owner's limit.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +28,11 @@ from .base import (
     ActuatorUnavailable,
     ContainerGone,
     CpuLimit,
+    LimitChange,
     bare_id,
 )
+
+log = logging.getLogger(__name__)
 
 #: Deep enough for kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid>.slice/<id>.scope
 #: under a nested root; bounded so that a pathological tree is not walked forever.
@@ -96,6 +105,9 @@ class CgroupActuator(Actuator):
         self.root = root
         self.version = version
         self._paths: dict[str, Path] = {}
+        # Parent (pod) cgroups whose quota was lifted, with the limit found there.
+        self._lifted: dict[Path, CpuLimit] = {}
+        self._parent_of: dict[str, Path] = {}
 
     # Finding the cgroup
 
@@ -139,21 +151,35 @@ class CgroupActuator(Actuator):
     # Reading and writing
 
     def read(self, container_id: str) -> CpuLimit:
-        path = self.find(container_id)
+        return self._read_limit(container_id, self.find(container_id))
+
+    def _read_limit(self, container_id: str, path: Path) -> CpuLimit:
         if self.version == 2:
             quota_text, _, period_text = self._read_file(container_id, path / "cpu.max").partition(
                 " "
             )
-            period = int(period_text or DEFAULT_PERIOD_US)
-            quota = None if quota_text == "max" else int(quota_text)
-        else:
-            quota = int(self._read_file(container_id, path / "cpu.cfs_quota_us"))
-            period = int(self._read_file(container_id, path / "cpu.cfs_period_us"))
-            quota = None if quota < 0 else quota
-        return CpuLimit(quota, period)
+            return CpuLimit(None if quota_text == "max" else int(quota_text),
+                            int(period_text or DEFAULT_PERIOD_US))
+        quota = int(self._read_file(container_id, path / "cpu.cfs_quota_us"))
+        period = int(self._read_file(container_id, path / "cpu.cfs_period_us"))
+        return CpuLimit(None if quota < 0 else quota, period)
 
     def _write(self, container_id: str, before: CpuLimit, after: CpuLimit) -> None:
         path = self.find(container_id)
+        parent = path.parent
+        if parent != self.root and self.root in parent.parents and parent not in self._lifted:
+            held = self._read_limit(container_id, parent)
+            if held.cores is not None and (after.cores is None or after.cores > held.cores):
+                self._write_limit(container_id, parent, held, CpuLimit(None, held.period_us))
+                self._lifted[parent] = held
+                log.info("cgroup: lifted the quota of %s (%s) so a container in it can go "
+                         "above it", parent.name, held)
+        if parent in self._lifted:
+            self._parent_of[container_id] = parent
+        self._write_limit(container_id, path, before, after)
+
+    def _write_limit(self, container_id: str, path: Path, before: CpuLimit,
+                     after: CpuLimit) -> None:
         if self.version == 2:
             quota = "max" if after.quota_us is None else str(after.quota_us)
             # One write sets both, so no in-between state exists.
@@ -206,14 +232,45 @@ class CgroupActuator(Actuator):
                 if key == "usage_usec":
                     return int(value) * 1000
             raise ActuatorError(container_id, "cpu.stat has no usage_usec")
-        # v1: cpuacct may be co-mounted with cpu or mounted on its own beside it.
+        # v1: cpuacct may be co-mounted with cpu or mounted on its own beside it; the root may
+        # be the hierarchy's top or a subtree of it (the chart mounts the pods' subtree only).
         relative = path.relative_to(self.root)
-        for base in (self.root, self.root.parent / "cpuacct", self.root.parent / "cpu,cpuacct"):
+        top = next((p for p in (self.root, *self.root.parents)
+                    if p.name in ("cpu", "cpu,cpuacct")), self.root)
+        below = self.root.relative_to(top)
+        for base in (self.root, top.parent / "cpuacct" / below,
+                     top.parent / "cpu,cpuacct" / below):
             usage = base / relative / "cpuacct.usage"
             if usage.exists():
                 return int(self._read_file(container_id, usage))
         raise ContainerGone(container_id, "no cpuacct.usage for this container")
 
+    def restore(self, container_id: str) -> LimitChange | None:
+        try:
+            change = super().restore(container_id)
+        except ContainerGone:
+            self._settle_parent(container_id)
+            raise
+        # On any other failure the container is still above the pod's quota: keep it lifted.
+        self._settle_parent(container_id)
+        return change
+
     def forget(self, container_id: str) -> None:
         super().forget(container_id)
+        self._settle_parent(container_id)
         self._paths.pop(container_id, None)
+
+    def _settle_parent(self, container_id: str) -> None:
+        """Put a lifted pod quota back once none of its containers is still changed (the
+        restored ones are at most their owner's limits again, which the pod's quota holds)."""
+        parent = self._parent_of.pop(container_id, None)
+        if parent is None or parent in self._parent_of.values():
+            return
+        held = self._lifted.pop(parent)
+        try:
+            now = self._read_limit(container_id, parent)
+            if now.quota_us is None:  # still as lifted: nobody else has set it since
+                self._write_limit(container_id, parent, now, held)
+                log.info("cgroup: put back the quota of %s (%s)", parent.name, held)
+        except ContainerGone:
+            pass  # the pod's cgroup is gone with its last container

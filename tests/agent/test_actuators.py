@@ -181,3 +181,67 @@ def test_vanished_cgroup_is_a_clear_error(
     with pytest.raises(ContainerGone):
         actuator.read(cid)
     assert actuator.restore_all() == {}
+
+
+def test_a_raise_above_the_pods_quota_lifts_it_and_restore_puts_it_back() -> None:
+    """The kubelet's layout: the pod's cgroup holds the sum of its containers' limits. cgroup v1
+    refuses a container quota above its parent's (EINVAL) and v2 caps it there, so a raise lifts
+    the pod's quota, and restoring the container puts the pod's back."""
+    try:
+        root, version = cpu_cgroup_root()
+    except ActuatorUnavailable as exc:
+        pytest.skip(str(exc))
+    if os.geteuid() != 0 or not os.access(root, os.W_OK):
+        pytest.skip(f"cannot create cgroups under {root} (needs root)")
+    cid, other = secrets.token_hex(32), secrets.token_hex(32)
+    pod = root / f"specon-test-{os.getpid()}-pod"
+    if version == 2:
+        pod.mkdir()
+        (pod / "cgroup.subtree_control").write_text("+cpu")
+    else:
+        pod.mkdir()
+    dirs = [pod / cid, pod / other]
+    for d in dirs:
+        d.mkdir()
+
+    def quota(path: Path) -> str:
+        if version == 2:
+            return (path / "cpu.max").read_text().split()[0]
+        return (path / "cpu.cfs_quota_us").read_text().strip()
+
+    def set_quota(path: Path, value: int) -> None:
+        name, text = ("cpu.max", f"{value} 100000") if version == 2 else (
+            "cpu.cfs_quota_us", str(value))
+        (path / name).write_text(text)
+
+    try:
+        # What the kubelet writes: the pod holds 0.5 + 0.25 cores, each container its own.
+        set_quota(pod, 75_000)
+        set_quota(pod / cid, 50_000)
+        set_quota(pod / other, 25_000)
+        actuator = CgroupActuator(node_cpus=2)
+        actuator.apply(cid, 0.5)  # one whole core: above the pod's 0.75
+        assert quota(pod / cid) == "100000"
+        assert quota(pod) in ("-1", "max")
+        actuator.apply(other, 0.5)  # a second container of the same pod, lifted already
+        assert quota(pod / other) == "100000"
+        actuator.restore(cid)
+        assert quota(pod / cid) == "50000"
+        assert quota(pod) in ("-1", "max")  # `other` is still above its owner's limit
+        assert actuator.restore_all() == {}
+        assert (quota(pod / cid), quota(pod / other), quota(pod)) == ("50000", "25000", "75000")
+
+        # A lowering never touches the pod.
+        actuator.apply(cid, 0.1)
+        assert quota(pod) == "75000"
+        assert actuator.restore_all() == {}
+        # A container that ends while lifted: the pod's quota is put back when it is forgotten.
+        actuator.apply(cid, 0.5)
+        assert quota(pod) in ("-1", "max")
+        set_quota(pod / cid, 50_000)  # (the runtime removing it would take the quota along)
+        actuator.forget(cid)
+        assert quota(pod) == "75000"
+    finally:
+        for d in dirs:
+            d.rmdir()
+        pod.rmdir()

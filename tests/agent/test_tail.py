@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -149,3 +150,48 @@ def test_decoders_never_raise_on_any_bytes(raw: list[bytes]) -> None:
     for dec in (DockerJsonDecoder(), CriDecoder()):
         out = dec.feed(raw)
         assert out.errors <= len(raw)
+
+
+def test_truncation_regrown_past_the_old_offset_between_polls_loses_no_line(tmp_path: Path) -> None:
+    """Issue 15: a log truncated in place and rewritten to more than its old size before the next
+    poll; the size alone cannot show it, the bytes before the old offset do."""
+    log = tmp_path / "regrow.log"
+    tail = FileTail(log)
+    append(log, b"".join(b"old %03d\n" % i for i in range(150)))
+    assert len(tail.read_lines()) == 150
+    new = [b"new line %03d" % i for i in range(200)]  # longer than before, in one go
+    with open(log, "wb") as f:
+        f.write(b"".join(x + b"\n" for x in new))
+    assert tail.read_lines() == new
+    assert tail.stats.truncations == 1
+    append(log, b"after\n")
+    assert tail.read_lines() == [b"after"]
+    assert tail.stats.truncations == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(chunks=st.lists(st.integers(min_value=0, max_value=5000), min_size=1, max_size=400))
+def test_an_appended_log_read_in_any_chunks_is_every_record_once_and_never_a_truncation(
+        chunks: list[int]) -> None:
+    """The truncation check (bytes before the offset compared each poll) never fires on a log
+    that only grows, whatever the write boundaries: a job's steps are read exactly once, in
+    order (what the agent's step rate, and so its deadline judgements, are made of)."""
+    records = [json.dumps({"log": json.dumps({"specon": 1, "event": "progress", "step": k,
+                                              "loss": 1.0 / k}) + "\n", "stream": "stdout",
+                           "time": "2026-11-23T13:00:00.000000000Z"}) + "\n"
+               for k in range(15, 3001, 15)]
+    data = "".join(records).encode()
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "c-json.log"
+        log.write_bytes(b"")
+        src = ProgressSource(log, "docker-json")
+        steps: list[int | None] = []
+        pos, i = 0, 0
+        while pos < len(data):
+            n = chunks[i % len(chunks)] or 1
+            append(log, data[pos:pos + n])
+            pos, i = pos + n, i + 1
+            steps += src.poll().steps
+        steps += src.poll().steps
+        assert steps == list(range(15, 3001, 15))
+        assert src.stats.truncations == 0 and src.stats.rotations == 0

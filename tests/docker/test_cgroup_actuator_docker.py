@@ -57,6 +57,26 @@ def test_cgroup_write_on_the_real_hierarchy(engine: docker.DockerClient, burner:
     assert actuator.restore_all() == {}  # nothing left to restore, and no crash
 
 
+def test_rooted_at_the_containers_subtree_as_the_chart_mounts_it(
+    engine: docker.DockerClient, burner: Container
+) -> None:
+    """The chart mounts only the pods' subtree (kubepods.slice, kubepods) and points the
+    agent at it: rooted at the engine's own subtree here, the actuator finds, limits and
+    meters the container as from the top of the hierarchy."""
+    top = CgroupActuator()
+    subtree = top.find(burner.id).parent  # .../docker (or system.slice): the engine's
+    assert subtree != top.root
+    actuator = CgroupActuator(root=subtree)
+    assert actuator.version == top.version
+    path = actuator.find(burner.id)
+    assert path == top.find(burner.id)
+    actuator.apply(burner.id, 0.1 / actuator.node_cpus)
+    assert quota_file(path, actuator.version) == (
+        "10000 100000" if actuator.version == 2 else "10000")
+    assert actuator.cpu_usage_ns(burner.id) > 0
+    assert actuator.restore_all() == {}
+
+
 def _cgroup2_mount() -> Path | None:
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         left, _, right = line.partition(" - ")

@@ -17,8 +17,10 @@ pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 COMPARE = """
 import sys, numpy, torch
-a = torch.load(sys.argv[1], map_location="cpu")
-b = torch.load(sys.argv[2], map_location="cpu")
+from specon.sdk.pytorch import TorchCheckpointer
+load = TorchCheckpointer(None, directory=None).deserialize  # tensors and plain data only
+a = load(open(sys.argv[1], "rb").read())
+b = load(open(sys.argv[2], "rb").read())
 def same(x, y):
     if isinstance(x, torch.Tensor):
         return isinstance(y, torch.Tensor) and x.dtype == y.dtype and torch.equal(x, y)
@@ -98,7 +100,7 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, python, model
     final = f"ckpt-{iterations:09d}.pt"
     done = subprocess.run([python, "-c", COMPARE, str(straight_dir / "ck" / final),
                            str(stopped_dir / "ck" / final)], capture_output=True, text=True,
-                          timeout=300, check=False)
+                          timeout=300, check=False, env=launch.env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "same"
 
