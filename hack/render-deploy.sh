@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Renders deploy/specon.yaml (plain manifests for users without Helm) from charts/specon with the
-# default values, for namespace specon-system. Run after any chart change and commit the output;
-# tests/deploy checks that the committed file is what the chart renders.
+# default values but tls.mode=existing (a CA generated here would be in every user's copy), for
+# namespace specon-system. Run after any chart change and commit the output; tests/deploy checks
+# that the committed file is what the chart renders.
 # Helm: $HELM, else `helm` on PATH, else the one hack/testplane/build.sh built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +14,8 @@ out=deploy/specon.yaml
 # SpeCon, plain manifests rendered from charts/specon with its default values by
 # hack/render-deploy.sh (do not edit by hand). Namespace specon-system; images specon/manager and
 # specon/agent (build them from Dockerfile.manager and Dockerfile.agent and push them to your
-# registry). Before applying, put the agents' tokens in Secret specon-agent-tokens (key "tokens":
-# one "TOKEN NODE" line per node; one key per node name holding that node's token):
+# registry). Before applying, make the TLS objects: Secrets specon-manager-tls and
+# specon-scheduler-tls (tls.crt, tls.key, ca.crt) and ConfigMap specon-ca (ca.crt):
 # docs/user-guide.md, "Without Helm".
 ---
 apiVersion: v1
@@ -22,7 +23,8 @@ kind: Namespace
 metadata:
   name: specon-system
 HEAD
-  "$HELM" template specon charts/specon --namespace specon-system --kube-version "$KUBE_VERSION"
+  "$HELM" template specon charts/specon --namespace specon-system --kube-version "$KUBE_VERSION" \
+    --set tls.mode=existing
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2

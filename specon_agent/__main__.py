@@ -10,6 +10,7 @@ from __future__ import annotations
 import faulthandler
 import logging
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Sequence
@@ -127,10 +128,17 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
                                   settings.pod_log_root, settings.progress_root, on_error=count,
                                   scheduler_name=settings.scheduler_name)
     link = None
+    if settings.manager_ca_file is not None:
+        try:
+            ssl.create_default_context(cafile=str(settings.manager_ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise StartupError(f"manager_ca_file {settings.manager_ca_file}: not a readable "
+                               f"CA certificate ({exc})") from None
     if settings.manager_url:
         link = ManagerLink(settings.manager_url, settings.bearer_token_file,
                            interval_s=settings.heartbeat_s, timeout_s=settings.http_timeout_s,
-                           backoff_max_s=settings.backoff_max_s)
+                           backoff_max_s=settings.backoff_max_s,
+                           ca_file=settings.manager_ca_file)
     config = LoopConfig(
         node=settings.node_name, alpha=settings.alpha, interval_s=settings.interval_s,
         flowcon_alpha=settings.flowcon_alpha, flowcon_beta=settings.flowcon_beta,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import logging
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -44,12 +45,17 @@ class ManagerLink:
         on_reallocation: Callable[[ReallocationRequest, ReallocationReply], None] | None = None,
         on_outcome: Callable[[str, str], None] | None = None,
         transport: httpx.BaseTransport | None = None,
+        ca_file: Path | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.token_file = token_file
         self.interval_s = interval_s
         self.backoff_max_s = backoff_max_s
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport)
+        # An https URL is verified against ca_file (the chart's CA) or the system's CAs.
+        verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=str(ca_file))
+                                         if ca_file is not None else True)
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport,
+                                  verify=verify)
         self._on_reply = on_reply or (lambda _r: None)
         self._on_realloc = on_reallocation or (lambda _q, _r: None)
         self._on_outcome = on_outcome or (lambda _k, _o: None)

@@ -120,6 +120,9 @@ class AgentSettings(BaseSettings):
     manager_url: str | None = Field(None, description="manager base URL (cluster mode)")
     token_file: Path | None = Field(
         None, description="bearer token file (default: the pod's service-account token)")
+    manager_ca_file: Path | None = Field(
+        None, description="CA certificate that an https manager_url is verified against "
+        "(default: the system's CAs)")
     heartbeat_s: float = Field(10.0, gt=0, description="heartbeat interval (s)")
     http_timeout_s: float = Field(5.0, gt=0, le=120, description="timeout of one manager call")
     backoff_max_s: float = Field(60.0, gt=0, description="longest wait between retries (s)")

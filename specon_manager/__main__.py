@@ -2,12 +2,62 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
+import ssl
 import sys
+from typing import Any
 
 import uvicorn
+from pydantic import ValidationError
 
 from specon_manager.settings import ManagerSettings
+
+
+class _Server(uvicorn.Server):
+    """One listener; signals are handled once for all of them (:func:`_serve`)."""
+
+    def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+        pass
+
+    def capture_signals(self) -> Any:  # uvicorn >= 0.29
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def configs(app: Any, settings: ManagerSettings) -> list[uvicorn.Config]:
+    """The listeners: the main port (agents, /metrics, /status; TLS when a certificate is
+    set) and, with ``extender_port``, the extender's own (which demands the scheduler's client
+    certificate when ``extender_client_ca_file`` is set)."""
+    cert = str(settings.tls_cert_file) if settings.tls_cert_file is not None else None
+    key = str(settings.tls_key_file) if settings.tls_key_file is not None else None
+
+    def listener(port: int, client_ca: str | None = None) -> uvicorn.Config:
+        return uvicorn.Config(
+            app, host=settings.host, port=port, log_level=settings.log_level,
+            access_log=False, lifespan="off", ssl_certfile=cert, ssl_keyfile=key,
+            ssl_ca_certs=client_ca,
+            ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca is not None else ssl.CERT_NONE)
+
+    out = [listener(settings.port)]
+    if settings.extender_port:
+        ca = settings.extender_client_ca_file
+        out.append(listener(settings.extender_port, str(ca) if ca is not None else None))
+    return out
+
+
+async def _serve(servers: list[_Server]) -> None:
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        for s in servers:
+            s.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    await asyncio.gather(*(s.serve() for s in servers))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,16 +66,25 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: specon-manager\n\nConfigured by SPECON_MANAGER_* environment variables; "
               "see docs/manager.md.")
         return 0
-    settings = ManagerSettings()
+    try:
+        settings = ManagerSettings()
+    except ValidationError as exc:
+        for e in exc.errors(include_url=False, include_input=False):
+            where = ".".join(str(x) for x in e.get("loc", ())) or "settings"
+            print(f"specon-manager: {where}: {e.get('msg', '')} (SPECON_MANAGER_* environment; "
+                  "docs/manager.md)", file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from specon_manager.service import build
 
     app, service = build(settings)
+    servers = [_Server(c) for c in configs(app, settings)]
     try:
         service.start()
-        uvicorn.run(app, host=settings.host, port=settings.port,
-                    log_level=settings.log_level, access_log=False)
+        # The loop uvicorn would pick (uvloop when installed), shared by every listener.
+        with asyncio.Runner(loop_factory=servers[0].config.get_loop_factory()) as runner:
+            runner.run(_serve(servers))
     finally:
         service.stop()
     return 0

@@ -45,6 +45,8 @@ from specon_manager.extender import (
     filter_nodes,
     prioritize_nodes,
 )
+from specon_manager.identity import MAX_TOKEN_BYTES, Refusal, StaticTokens, TokenReviewer
+from specon_manager.kube import KubeError
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.qos import QosBook
 from specon_manager.settings import ManagerSettings
@@ -61,6 +63,8 @@ INLINE_BODY_BYTES = 256 * 1024
 #: ``pod_on_node(namespace, pod, uid, node)``: is this pod (by UID) on this node, from the
 #: manager's pod cache? None: cannot tell (no cache), and the job is kept.
 PodOnNode = Callable[[str, str, str, str], bool | None]
+#: Who an agent is: a static ``TOKEN NODE`` file, or TokenReview of projected tokens.
+AgentAuth = StaticTokens | TokenReviewer
 
 class Reallocator(Protocol):
     """What the API needs from the migration controller."""
@@ -194,24 +198,49 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+class ListenerSplit:
+    """With ``extender_port`` set, the extender's routes are served on that port only, and
+    that port serves nothing else but ``/healthz``: its listener is the one that demands the
+    scheduler's client certificate, so nobody reaches ``/filter`` without one."""
+
+    def __init__(self, app: ASGIApp, extender_port: int) -> None:
+        self.app = app
+        self.extender_port = extender_port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            server = scope.get("server") or ("", 0)
+            on_extender = server[1] == self.extender_port
+            path = scope.get("path", "")
+            allowed = (path in EXTENDER_PATHS or path == "/healthz") if on_extender else (
+                path not in EXTENDER_PATHS)
+            if not allowed:
+                await send_answer(send, _json(404, {"detail": "Not Found"}))
+                return
+        await self.app(scope, receive, send)
+
+
 class Handlers:
     """The agents' and the scheduler's hot calls, as bytes in and :class:`Answer` out: shared by
     :class:`HotRoutes` and the FastAPI routes (one implementation)."""
 
-    def __init__(self, settings: ManagerSettings, state: ClusterState, tokens: NodeTokens,
+    def __init__(self, settings: ManagerSettings, state: ClusterState, auth: AgentAuth,
                  metrics: ManagerMetrics, book: QosBook, parameters: Parameters,
                  node_exists: Callable[[str], bool | None] | None,
                  pod_on_node: PodOnNode | None,
                  wall_clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.state = state
-        self.tokens = tokens
+        self.auth = auth
         self.m = metrics
         self.book = book
         self.parameters = parameters
         self.node_exists = node_exists
         self.pod_on_node = pod_on_node
         self.wall_clock = wall_clock
+        # TokenReviews (a token not yet in the cache) run on worker threads, a few at a time,
+        # so that a flood of unknown tokens neither blocks the event loop nor the API server.
+        self.reviews = anyio.CapacityLimiter(4)
         self.sched = settings.scheduler_name
         # Counter children bound once: labels() costs a dict look-up and a lock per call.
         hb = metrics.heartbeats
@@ -229,17 +258,47 @@ class Handlers:
         self.big = anyio.CapacityLimiter(1)
 
     # -- agents -----------------------------------------------------------------------------
-    def agent_node(self, authorization: str | None) -> str | Answer:
-        """The node named by the bearer token, or the 401."""
-        www = ((b"www-authenticate", b"Bearer"),)
+    @staticmethod
+    def bearer(authorization: str | None) -> str | Refusal:
         if not authorization or not authorization.startswith("Bearer "):
-            self.c_unauth.inc()
-            return _json(401, {"detail": "missing bearer token"}, www)
-        node = self.tokens.node_for(authorization[7:].strip())
-        if node is None:
-            self.c_unauth.inc()
-            return _json(401, {"detail": "unknown token"}, www)
-        return node
+            return Refusal("missing", "missing bearer token")
+        token = authorization[7:].strip()
+        if not token:
+            return Refusal("missing", "missing bearer token")
+        if len(token) > MAX_TOKEN_BYTES:  # refused unread
+            return Refusal("malformed", "bearer token too long")
+        return token
+
+    def agent_answer(self, found: str | Refusal) -> str | Answer:
+        """The node, or the refusal (401; 503 when the API server could not be asked),
+        counted by reason."""
+        if isinstance(found, str):
+            return found
+        self.c_unauth.inc()
+        self.m.agent_auth_refusals.labels(found.reason).inc()
+        log.info("agent refused (%s): %s", found.reason, found.detail)
+        return _json(found.status, {"detail": found.detail},
+                     ((b"www-authenticate", b"Bearer"),) if found.status == 401 else ())
+
+    def agent_node(self, authorization: str | None) -> str | Answer:
+        """The node the bearer token speaks for, or the refusal (may wait for a TokenReview:
+        call from a worker thread, or use :meth:`agent_node_async`)."""
+        token = self.bearer(authorization)
+        if isinstance(token, Refusal):
+            return self.agent_answer(token)
+        return self.agent_answer(self.auth.authenticate(token))
+
+    async def agent_node_async(self, authorization: str | None) -> str | Answer:
+        """:meth:`agent_node` for the event loop: a cached token is answered at once, a new
+        one is reviewed on a worker thread."""
+        token = self.bearer(authorization)
+        if isinstance(token, Refusal):
+            return self.agent_answer(token)
+        found = self.auth.cached(token)
+        if found is None:
+            found = await anyio.to_thread.run_sync(self.auth.authenticate, token,
+                                                   limiter=self.reviews)
+        return self.agent_answer(found)
 
     def check_node(self, token_node: str, claimed: str) -> Answer | None:
         if claimed != token_node:
@@ -251,9 +310,9 @@ class Handlers:
             return _json(422, {"detail": f"node {claimed!r} is not a node of this cluster"})
         return None
 
-    def heartbeat(self, authorization: str | None, body: bytes) -> Answer:
-        """Authenticate, validate, bound, check the jobs against the pod cache, record."""
-        node = self.agent_node(authorization)
+    def heartbeat(self, node: str | Answer, body: bytes) -> Answer:
+        """For the authenticated ``node`` (or its refusal): validate, bound, check the jobs
+        against the pod cache, record."""
         if isinstance(node, Answer):
             return node
         try:
@@ -346,7 +405,8 @@ class HotRoutes:
                     if name == b"authorization":
                         authorization = value.decode("latin-1")
                         break
-                await send_answer(send, self.h.heartbeat(authorization, body))
+                node = await self.h.agent_node_async(authorization)
+                await send_answer(send, self.h.heartbeat(node, body))
                 return
             if path in EXTENDER_PATHS:
                 body = await read_body(scope, receive, self.extender_limit)
@@ -375,6 +435,7 @@ def create_app(
     settings: ManagerSettings,
     state: ClusterState | None = None,
     tokens: NodeTokens | None = None,
+    auth: AgentAuth | None = None,
     controller: Reallocator | None = None,
     node_exists: Callable[[str], bool | None] | None = None,
     metrics: ManagerMetrics | None = None,
@@ -393,15 +454,17 @@ def create_app(
             stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
             weights=Weights(settings.weight_progressing, settings.weight_watching,
                             settings.weight_converged))
-    if tokens is None:
-        tokens = NodeTokens.from_file(settings.tokens_file) if settings.tokens_file else (
-            NodeTokens())
+    if auth is None:
+        if tokens is None:
+            tokens = NodeTokens.from_file(settings.tokens_file) if settings.tokens_file else (
+                NodeTokens())
+        auth = StaticTokens(tokens)
     m = metrics or ManagerMetrics()
     book = qos if qos is not None else QosBook(on_invalid=m.qos_invalid.inc)
     parameters = Parameters(alpha=settings.alpha, interval_s=settings.interval_s,
                             flowcon_alpha=settings.flowcon_alpha,
                             flowcon_beta=settings.flowcon_beta)
-    h = Handlers(settings, state, tokens, m, book, parameters, node_exists, pod_on_node)
+    h = Handlers(settings, state, auth, m, book, parameters, node_exists, pod_on_node)
 
     docs = settings.expose_docs
     app = FastAPI(title="SpeCon manager", version="1",
@@ -440,7 +503,8 @@ def create_app(
                         authorization: Annotated[str | None, Header()] = None) -> Response:
         """An agent's report of its node and jobs; the reply carries the parameters and the
         checkpoint requests for migrations in flight."""
-        return answer(h.heartbeat(authorization, await request.body()))
+        node = await h.agent_node_async(authorization)
+        return answer(h.heartbeat(node, await request.body()))
 
     @app.post("/v1/reallocate", response_model=ReallocationReply, tags=["agents"])
     def reallocate(req: ReallocationRequest,
@@ -456,7 +520,17 @@ def create_app(
             reply = ReallocationReply(decision="refused",
                                       reason="migration is disabled on this manager")
         else:
-            reply = controller.reallocate(node, req)
+            try:
+                reply = controller.reallocate(node, req)
+            except KubeError as exc:
+                # The manager may write pods only where the chart bound its writer role
+                # (manager.trainingNamespaces): elsewhere the API server refuses the first
+                # record, nothing was changed, and the job stays.
+                log.warning("reallocation of %s/%s not started: %s", req.namespace, req.pod, exc)
+                reply = ReallocationReply(decision="refused", reason=(
+                    f"the API server refused the migration ({exc.status} {exc.reason}); is "
+                    f"{req.namespace} one of the manager's training namespaces?"
+                    if exc.status == 403 else f"the API server could not be asked ({exc})"))
         m.reallocation_requests.labels(reply.decision).inc()
         return Response(reply.model_dump_json(), media_type="application/json")
 
@@ -502,6 +576,8 @@ def create_app(
                        on_refuse=m.bodies_refused.inc)
     if hot_routes:
         app.add_middleware(HotRoutes, handlers=h)
+    if settings.extender_port:
+        app.add_middleware(ListenerSplit, extender_port=settings.extender_port)
     if settings.expose_status:
         app.include_router(status_router)
     return app

@@ -23,6 +23,15 @@ class ManagerMetrics:
             "specon_heartbeats_total",
             "Heartbeats received, by result (accepted, unauthenticated, forbidden, invalid, "
             "clock_skew, unknown_node).", ["result"], registry=r)
+        self.agent_auth_refusals = Counter(
+            "specon_agent_auth_refusals_total",
+            "Agent calls refused for their credential, by reason (missing, malformed, "
+            "unknown_token, expired, audience, not_authenticated, not_agent, unbound, "
+            "unavailable; docs/security.md).", ["reason"], registry=r)
+        self.token_reviews = Counter(
+            "specon_agent_token_reviews_total",
+            "TokenReviews sent to the API server for agents' tokens not in the cache.",
+            registry=r)
         self.heartbeats_superseded = Counter(
             "specon_heartbeats_superseded_total",
             "Accepted heartbeats older (seq and time) than the node's last: not kept, answered "

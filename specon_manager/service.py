@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from specon.core.scoring import Weights
 from specon_manager.app import create_app
+from specon_manager.identity import TOKENREVIEW_PATH, TokenReviewer
 from specon_manager.kube import Kube, KubeError, event_body, meta, pod_path
 from specon_manager.leader import LeaseElector
 from specon_manager.metrics import ManagerMetrics
@@ -189,7 +190,21 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
     poster = EventPoster(_warning_sender(kube)) if kube is not None else None
     qos = QosBook(post=poster, on_invalid=metrics.qos_invalid.inc)
     pods = PodDirectory(kube.get) if kube is not None and settings.verify_reported_pods else None
-    app = create_app(settings, state=state, controller=service.controller,
+    auth = None
+    if settings.agent_auth_mode == "tokenreview":
+        assert kube is not None  # the settings refuse tokenreview without kubernetes
+        client = kube
+
+        def review(body: dict[str, Any]) -> dict[str, Any]:
+            metrics.token_reviews.inc()
+            return client.create(TOKENREVIEW_PATH, body)
+
+        auth = TokenReviewer(
+            review, kube.get,
+            settings.agent_audience, settings.agent_service_accounts,
+            ttl_s=settings.agent_auth_ttl_s, refused_ttl_s=settings.agent_auth_refused_ttl_s,
+            max_entries=settings.agent_auth_cache_entries)
+    app = create_app(settings, state=state, auth=auth, controller=service.controller,
                      node_exists=node_exists, metrics=metrics, qos=qos,
                      pod_on_node=pods.on_node if pods is not None else None)
     app.state.events = poster

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specon import defaults
@@ -35,9 +35,39 @@ class ManagerSettings(BaseSettings):
     #: Serve ``/metrics`` (Prometheus).
     expose_metrics: bool = True
 
+    # -- TLS ----------------------------------------------------------------------------------
+    #: Serve HTTPS with this certificate (PEM, with its chain) and key; unset: plain HTTP.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    #: Serve ``/filter`` and ``/prioritize`` on this port only (0: on ``port`` with the rest).
+    #: The main port then answers 404 for them.
+    extender_port: int = Field(default=0, ge=0, le=65535)
+    #: With ``extender_port``: the CA that signs kube-scheduler's client certificate. The
+    #: extender port then completes a TLS handshake only with a client that presents a
+    #: certificate it signed (the scheduler's extender ``tlsConfig``).
+    extender_client_ca_file: Path | None = None
+
     # -- agents -------------------------------------------------------------------------------
+    #: How agents prove which node they speak for. ``tokenreview``: a projected
+    #: service-account token for ``agent_audience``, checked with a TokenReview and bound to
+    #: the node of the agent pod it was issued to (specon_manager/identity.py). ``static``:
+    #: ``tokens_file`` (tests, a manager outside Kubernetes). ``auto``: ``static`` when
+    #: ``tokens_file`` is set or ``kubernetes`` is off, else ``tokenreview``.
+    agent_auth: Literal["auto", "tokenreview", "static"] = "auto"
+    #: The audience the agents' projected tokens are issued for (the chart's DaemonSet asks
+    #: the kubelet for exactly this one); a token for any other audience is refused.
+    agent_audience: str = Field(default="specon-manager", min_length=1)
+    #: The agents' ServiceAccounts, ``namespace:name`` (a token of any other account is
+    #: refused even when it is bound to a pod). Required with ``tokenreview``.
+    agent_service_accounts: list[str] = Field(default_factory=list)
+    #: How long an accepted token is trusted before it is reviewed again (at most until it
+    #: expires); a refused one is remembered ``agent_auth_refused_ttl_s``.
+    agent_auth_ttl_s: Positive = 60.0
+    agent_auth_refused_ttl_s: Positive = 10.0
+    #: At most this many token answers are remembered (least recently used first out).
+    agent_auth_cache_entries: int = Field(default=10_000, ge=1)
     #: File of agent credentials, one ``TOKEN NODE`` pair per line (``#`` comments allowed).
-    #: A token names the one node it may speak for.
+    #: A token names the one node it may speak for (the ``static`` mode).
     tokens_file: Path | None = None
     #: Agents are expected to report every ``heartbeat_interval_s``.
     heartbeat_interval_s: Positive = 30.0
@@ -45,9 +75,9 @@ class ManagerSettings(BaseSettings):
     stale_after_intervals: Positive = 3.0
     #: Check every job a heartbeat reports against the API server (a pod of that
     #: namespace/name and UID on that node; looked up in the background and cached), and drop
-    #: the others (``specon_heartbeat_jobs_ignored_total``). Off by default for now: the plane
-    #: tests' agent stand-ins report jobs that are not pods.
-    verify_reported_pods: bool = False
+    #: the others (``specon_heartbeat_jobs_ignored_total``). Needs ``get`` on pods; without
+    #: ``kubernetes`` there is nothing to check against.
+    verify_reported_pods: bool = True
     #: A heartbeat whose ``time`` is further than this from the manager's clock is refused
     #: (422): a time far in the future would otherwise hide the node's later heartbeats.
     max_clock_skew_s: Positive = 300.0
@@ -107,3 +137,40 @@ class ManagerSettings(BaseSettings):
     #: Exit the process at once (status 137, like SIGKILL) right after a migration records
     #: this phase: how the tests kill the manager at each state. Never set in production.
     fault_exit_after_phase: str = ""
+
+    # -- checks ---------------------------------------------------------------------------------
+    @field_validator("agent_service_accounts")
+    @classmethod
+    def _accounts(cls, v: list[str]) -> list[str]:
+        for sa in v:
+            ns, _, name = sa.partition(":")
+            if not ns or not name or ":" in name:
+                raise ValueError(f"{sa!r} is not namespace:name")
+        return v
+
+    @property
+    def agent_auth_mode(self) -> Literal["tokenreview", "static"]:
+        if self.agent_auth != "auto":
+            return self.agent_auth
+        return "static" if self.tokens_file is not None or not self.kubernetes else "tokenreview"
+
+    @model_validator(mode="after")
+    def _tls_consistent(self) -> ManagerSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        if self.extender_client_ca_file is not None and (
+                self.tls_cert_file is None or not self.extender_port):
+            raise ValueError("extender_client_ca_file needs tls_cert_file and extender_port")
+        if self.extender_port and self.extender_port == self.port:
+            raise ValueError("extender_port must differ from port")
+        return self
+
+    @model_validator(mode="after")
+    def _auth_consistent(self) -> ManagerSettings:
+        if self.agent_auth_mode == "tokenreview":
+            if not self.kubernetes:
+                raise ValueError("agent_auth tokenreview needs kubernetes")
+            if not self.agent_service_accounts:
+                raise ValueError("agent_auth tokenreview needs agent_service_accounts "
+                                 "(the agents' ServiceAccount as namespace:name)")
+        return self

@@ -3,6 +3,8 @@ refusals, shipped defaults, each actuator's exact host access, the scheduler wir
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +89,8 @@ def host_access(objs: list[dict[str, Any]]) -> dict[str, bool]:
 @pytest.mark.parametrize(("actuator", "expected"), [
     ("docker", {"/var/log/pods": True, "/var/lib/docker/containers": True,
                 "/var/run/docker.sock": False}),
-    ("cgroup", {"/var/log/pods": True, "/sys/fs/cgroup": False}),
+    # the pods' cgroup subtree only, never the host's whole cgroup tree
+    ("cgroup", {"/var/log/pods": True, "/sys/fs/cgroup/kubepods.slice": False}),
     ("resize", {"/var/log/pods": True}),
 ])
 def test_agent_gets_exactly_its_actuators_host_access(
@@ -103,6 +106,24 @@ def test_agent_gets_exactly_its_actuators_host_access(
     rules = one(objs, "ClusterRole", "specon-agent")["rules"]
     resources = {r for rule in rules for r in rule["resources"]}
     assert ("pods/resize" in resources) == (actuator == "resize")
+    # a resize is admitted only on the agent's own node (the policy goes with the verb)
+    assert bool(find(objs, "ValidatingAdmissionPolicy")) == (actuator == "resize")
+    env = env_of(spec["containers"][0])
+    if actuator == "cgroup":
+        assert env["SPECON_AGENT_CGROUP_ROOT"] == "/host/cgroup/kubepods.slice"
+        objs = docs(render(plane_bin, home, {"agent.actuator": "cgroup",
+                                             "agent.cgroup.cpuSubPath": "cpu\\,cpuacct",
+                                             "agent.cgroup.kubepodsPath": "kubepods"}))
+        assert host_access(objs) == {"/var/log/pods": True,
+                                     "/sys/fs/cgroup/cpu,cpuacct/kubepods": False}
+        env = env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])
+        assert env["SPECON_AGENT_CGROUP_ROOT"] == "/host/cgroup/cpu,cpuacct/kubepods"
+        objs = docs(render(plane_bin, home, {"agent.actuator": "cgroup",
+                                             "agent.cgroup.cpuSubPath": "cpu",
+                                             "agent.cgroup.kubepodsPath": "kubepods"}))
+        assert host_access(objs) == {"/var/log/pods": True,
+                                     "/sys/fs/cgroup/cpu/kubepods": False,
+                                     "/sys/fs/cgroup/cpuacct/kubepods": True}
 
 
 def test_second_scheduler_calls_the_managers_extender(plane_bin: Path, home: Path) -> None:
@@ -112,23 +133,32 @@ def test_second_scheduler_calls_the_managers_extender(plane_bin: Path, home: Pat
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["specon"]
     (ext,) = cfg["extenders"]
     svc = one(objs, "Service", "specon-manager")
-    port = svc["spec"]["ports"][0]["port"]
-    assert ext["urlPrefix"] == f"http://specon-manager.specon-system.svc:{port}"
+    ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+    # mutual TLS on the extender's own port: the scheduler's client certificate, the CA
+    assert ext["urlPrefix"] == f"https://specon-manager.specon-system.svc:{ports['extender']}"
+    assert ext["enableHTTPS"] is True
+    assert ext["tlsConfig"] == {"certFile": "/etc/specon-scheduler/tls/tls.crt",
+                                "keyFile": "/etc/specon-scheduler/tls/tls.key",
+                                "caFile": "/etc/specon-scheduler/tls/ca.crt"}
     assert (ext["filterVerb"], ext["prioritizeVerb"]) == ("filter", "prioritize")
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is True
     deploy = one(objs, "Deployment", "specon-scheduler")
     container = pod_spec(deploy)["containers"][0]
     assert container["image"] == "registry.k8s.io/kube-scheduler:v1.33.13"
     assert "--config=/etc/specon-scheduler/config.yaml" in container["command"]
+    assert {"name": "tls", "secret": {"secretName": "specon-scheduler-tls"}} in pod_spec(
+        deploy)["volumes"]
     env = env_of(pod_spec(one(objs, "Deployment", "specon-manager"))["containers"][0])
     assert env["SPECON_MANAGER_SCHEDULER_NAME"] == "specon"
+    assert env["SPECON_MANAGER_EXTENDER_PORT"] == str(ports["extender"])
+    assert env["SPECON_MANAGER_EXTENDER_CLIENT_CA_FILE"] == "/etc/specon/tls/ca.crt"
 
 
 def test_existing_scheduler_mode_renders_only_the_snippet(plane_bin: Path, home: Path) -> None:
     objs = docs(render(plane_bin, home, {"scheduler.mode": "existing"}))
     assert not find(objs, "Deployment", "specon-scheduler")
     snippet = yaml.safe_load(one(objs, "ConfigMap", "specon-extender")["data"]["extenders.yaml"])
-    assert snippet["extenders"][0]["urlPrefix"].startswith("http://specon-manager.")
+    assert snippet["extenders"][0]["urlPrefix"].startswith("https://specon-manager.")
 
 
 def test_every_workload_runs_as_its_own_service_account(plane_bin: Path, home: Path) -> None:
@@ -153,6 +183,69 @@ def test_shared_volume_claim_or_existing(plane_bin: Path, home: Path) -> None:
     assert {"name": "shared", "persistentVolumeClaim": {"claimName": "mine"}} in vols
 
 
+def test_no_shared_agent_tokens_and_each_agent_proves_its_own_pod(
+        plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home))
+    # TLS only: no Secret of tokens
+    assert sorted(o["metadata"]["name"] for o in find(objs, "Secret")) == [
+        "specon-manager-tls", "specon-scheduler-tls"]
+    spec = pod_spec(one(objs, "DaemonSet"))
+    assert not [v for v in spec["volumes"] if "secret" in v]
+    (identity,) = [v for v in spec["volumes"] if v["name"] == "manager-identity"]
+    sources = identity["projected"]["sources"]
+    assert sources[0] == {"serviceAccountToken": {"audience": "specon-manager",
+                                                  "expirationSeconds": 3600, "path": "token"}}
+    env = env_of(spec["containers"][0])
+    assert env["SPECON_AGENT_MANAGER_URL"].startswith("https://")
+    assert env["SPECON_AGENT_TOKEN_FILE"] == "/var/run/secrets/specon/token"
+    menv = env_of(pod_spec(one(objs, "Deployment", "specon-manager"))["containers"][0])
+    assert menv["SPECON_MANAGER_AGENT_AUTH"] == "tokenreview"
+    assert menv["SPECON_MANAGER_AGENT_AUDIENCE"] == "specon-manager"
+    assert json.loads(menv["SPECON_MANAGER_AGENT_SERVICE_ACCOUNTS"]) == [
+        "specon-system:specon-agent"]
+    # the CA the agents verify the manager with is the one that signed its certificate
+    ca = one(objs, "ConfigMap", "specon-ca")["data"]["ca.crt"]
+    secret = one(objs, "Secret", "specon-manager-tls")["data"]
+    assert base64.b64decode(secret["ca.crt"]).decode() == ca
+
+
+def test_tls_from_cert_manager_or_the_operator(plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home, {"tls.mode": "certManager",
+                                         "tls.certManager.issuerRef.name": "ca-issuer"}))
+    certs = {c["metadata"]["name"]: c["spec"] for c in find(objs, "Certificate")}
+    assert set(certs) == {"specon-manager-tls", "specon-scheduler-tls"}
+    assert "specon-manager.specon-system.svc" in certs["specon-manager-tls"]["dnsNames"]
+    assert "client auth" in certs["specon-scheduler-tls"]["usages"]
+    assert all(c["issuerRef"]["name"] == "ca-issuer" for c in certs.values())
+    assert not find(objs, "Secret")
+    objs = docs(render(plane_bin, home, {"tls.mode": "existing"}))
+    assert not find(objs, "Secret") and not find(objs, "Certificate")
+    from deploylib import set_args
+
+    res = helm(plane_bin, "template", "x", str(CHART), *set_args({"tls.mode": "certManager"}),
+               home=home, check=False)
+    assert res.returncode != 0 and "tls.certManager.issuerRef.name" in res.stderr
+
+
+def test_pod_writes_are_bound_only_in_the_training_namespaces(
+        plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home, {"manager.trainingNamespaces": ["team-a", "team-b"]}))
+    writer = one(objs, "ClusterRole", "specon-manager-writer")
+    assert {r for rule in writer["rules"] for r in rule["resources"]} == {
+        "pods", "pods/eviction", "jobs", "events"}
+    bound = [b for b in find(objs, "RoleBinding") if b["roleRef"]["name"] == writer[
+        "metadata"]["name"]]
+    assert sorted(b["metadata"]["namespace"] for b in bound) == ["team-a", "team-b"]
+    assert not [b for b in find(objs, "ClusterRoleBinding")
+                if b["roleRef"]["name"] == "specon-manager-writer"]
+    # the manager's cluster-wide role reads, and writes nothing but TokenReviews
+    wide = one(objs, "ClusterRole", "specon-manager")
+    for rule in wide["rules"]:
+        assert set(rule["verbs"]) <= {"get", "list"} or rule["resources"] == ["tokenreviews"]
+    objs = docs(render(plane_bin, home, {"manager.trainingNamespaces": ["*"]}))
+    assert one(objs, "ClusterRoleBinding", "specon-manager-writer")
+
+
 def test_dashboards_and_service_monitor_are_optional(plane_bin: Path, home: Path) -> None:
     objs = docs(render(plane_bin, home))
     assert not find(objs, "ServiceMonitor")
@@ -171,7 +264,10 @@ def test_committed_plain_manifests_are_the_charts_rendering(plane_bin: Path, hom
     from deploylib import DEPLOY
 
     committed = (DEPLOY / "specon.yaml").read_text()
-    fresh = render(plane_bin, home, release="specon", namespace="specon-system")
+    # With the certificates the operator makes (a generated CA in a committed file would be
+    # every user's CA).
+    fresh = render(plane_bin, home, {"tls.mode": "existing"}, release="specon",
+                   namespace="specon-system")
     assert committed.endswith(fresh), "deploy/specon.yaml is stale: run hack/render-deploy.sh"
 
 

@@ -22,13 +22,14 @@ from typing import Any
 
 import pytest
 from deploylib import CHART
+from dockerlib import SESSION_LABEL
 from planelib import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 DASHBOARDS = sorted((CHART / "dashboards").glob("*.json"))
-LABEL = {"org.specon.test": "prometheus", "specon.io/training": "true"}
+LABEL = {"org.specon.test.kind": "prometheus", **SESSION_LABEL, "specon.io/training": "true"}
 TOKEN = "prometheus-test-token-0123456789"
 NODE = "prom-node"
 #: A training job in miniature: a loss that falls, printed in a format the agent reads.

@@ -78,16 +78,23 @@ class Api:
 class ManagerProcess:
     """``python -m specon_manager`` against the plane, on a fixed loopback port."""
 
-    def __init__(self, plane: Plane, workdir: Path, tokens: dict[str, str],
-                 **settings: Any) -> None:
+    def __init__(self, plane: Plane, workdir: Path, tokens: dict[str, str] | None,
+                 ca_file: Path | None = None, **settings: Any) -> None:
+        """``tokens`` None: no static tokens (the agents' tokens are reviewed with the API
+        server); ``ca_file``: the manager serves HTTPS with a certificate this CA signed."""
         self.plane = plane
         self.workdir = workdir
         self.port = int(settings.pop("port", 0)) or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
+        self.verify: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=str(ca_file)) if ca_file else True)
         self.tokens_file = workdir / "tokens"
-        self.tokens_file.write_text("".join(f"{t} {n}\n" for t, n in tokens.items()))
+        static: dict[str, Any] = {}
+        if tokens is not None:
+            self.tokens_file.write_text("".join(f"{t} {n}\n" for t, n in tokens.items()))
+            static = {"tokens_file": self.tokens_file}
         self.settings = {"host": "127.0.0.1", "port": self.port, "kubeconfig": plane.kubeconfig,
-                         "tokens_file": self.tokens_file, "reconcile_period_s": 0.2,
+                         **static, "reconcile_period_s": 0.2,
                          "heartbeat_interval_s": 60, "rebalance": False,
                          "checkpoint_timeout_s": 20, **settings}
         self.log = workdir / "manager.log"
@@ -99,7 +106,9 @@ class ManagerProcess:
         (``wait="serving"``: a standby replica serves but is not ready) answers 200."""
         env = {**os.environ}
         for k, v in {**self.settings, **override}.items():
-            env[f"SPECON_MANAGER_{k.upper()}"] = str(v).lower() if isinstance(v, bool) else str(v)
+            env[f"SPECON_MANAGER_{k.upper()}"] = (
+                str(v).lower() if isinstance(v, bool) else
+                json.dumps(v) if isinstance(v, list) else str(v))
         self.starts += 1
         with self.log.open("ab") as out:
             out.write(f"\n=== start {self.starts} {override}\n".encode())
@@ -116,7 +125,8 @@ class ManagerProcess:
         if self.proc.poll() is not None:
             raise AssertionError(f"manager exited {self.proc.returncode}:\n{self.tail()}")
         try:
-            return httpx.get(f"{self.url}{path}", timeout=2).status_code == 200
+            return httpx.get(f"{self.url}{path}", timeout=2,
+                             verify=self.verify).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -305,6 +315,24 @@ def train_pod(name: str, tag: str, scheduler: str, node: str | None = None) -> d
         spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {
         "specon.io/training": "true", "specon.io/migratable": "true"}}, "spec": spec}
+
+
+def placeholder_pods(plane: Plane, ns: str, where: dict[str, str]) -> None:
+    """Real pods ``name -> node`` (pinned, no requests) for the jobs a stand-in agent reports
+    only to weigh in the scores: the manager checks that reported jobs are pods on the
+    reporting node (``verify_reported_pods``). Pods that exist already are left as they are."""
+    api = Api(plane)
+    try:
+        have = {p["metadata"]["name"] for p in api.pods(ns)}
+    finally:
+        api.close()
+    items = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+              "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                       "containers": [{"name": "main", "image": "placeholder:local"}]}}
+             for name, node in where.items() if name not in have]
+    if items:
+        plane.kubectl("create", "-n", ns, "-f", "-",
+                      input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
 def apply(plane: Plane, ns: str, obj: dict[str, Any]) -> None:

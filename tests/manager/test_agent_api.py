@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -230,3 +233,20 @@ def test_tokens_file(tmp_path: Any) -> None:
     f.write_text("abcdefghijklmnop0001\n")
     with pytest.raises(TokenError, match="expected 'TOKEN NODE'"):
         NodeTokens.from_file(f)
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({}, "agent_service_accounts"),  # in a cluster, agents are reviewed: whose tokens?
+    ({"SPECON_MANAGER_AGENT_SERVICE_ACCOUNTS": '["no-colon"]'}, "not namespace:name"),
+    ({"SPECON_MANAGER_KUBERNETES": "false", "SPECON_MANAGER_TLS_CERT_FILE": "/x.crt"},
+     "tls_cert_file and tls_key_file go together"),
+    ({"SPECON_MANAGER_KUBERNETES": "false", "SPECON_MANAGER_EXTENDER_CLIENT_CA_FILE": "/ca"},
+     "extender_client_ca_file needs"),
+])
+def test_bad_identity_or_tls_settings_exit_2_with_one_clear_line(
+        env: dict[str, str], says: str) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SPECON_MANAGER_")}
+    res = subprocess.run([sys.executable, "-m", "specon_manager"], env={**clean, **env},
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert says in res.stderr and "Traceback" not in res.stderr, res.stderr

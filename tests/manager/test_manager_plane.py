@@ -23,6 +23,7 @@ from planemanager import (
     JobStandIn,
     ManagerProcess,
     apply,
+    placeholder_pods,
     running_on,
     scheduler_config,
     wait_for,
@@ -106,9 +107,13 @@ def agents_for(url: str, tokens: dict[str, str]) -> dict[str, AgentStandIn]:
 WORKED = [["PC", "PC", "PC"], ["PC", "WC"], ["PC", "PC"], ["PC"] * 5 + ["CC"]]
 
 
-def set_layout(agents: dict[str, AgentStandIn], nodes: list[str], ns: str,
+def set_layout(plane: Plane, agents: dict[str, AgentStandIn], nodes: list[str], ns: str,
                layout: list[list[str]]) -> None:
-    """Virtual jobs per node: they only weigh in the scores (jobs of real pods are hosted)."""
+    """Jobs per node that only weigh in the scores (jobs of the test's own pods are hosted):
+    each is a real pod on its node, since the manager drops reported jobs that are not."""
+    where = {f"virtual-{i}-{k}": node for i, node in enumerate(nodes)
+             for k in range(len(layout[i]))}
+    placeholder_pods(plane, ns, where)
     for i, node in enumerate(nodes):
         agents[node].set_jobs({f"virtual-{i}-{k}": c for k, c in enumerate(layout[i])}, ns)
 
@@ -266,7 +271,7 @@ def test_new_training_pods_land_where_the_specon_score_prefers(
     try:
         with serve(recorder, port=port) as url:
             agents = agents_for(url, tokens)
-            set_layout(agents, mnodes, ns, WORKED)
+            set_layout(plane, agents, mnodes, ns, WORKED)
             beat_all(agents)
             pod = train_pod("p1", tag)  # opted in by the training label
             pod["spec"]["schedulerName"] = other
@@ -326,11 +331,12 @@ def manager(plane: Plane, tokens: dict[str, str], ext_port: int, tmp_path: Path,
     mp.kill()
 
 
-def crowded_source(mnodes: list[str], ns: str, agents: dict[str, AgentStandIn]) -> None:
+def crowded_source(plane: Plane, mnodes: list[str], ns: str,
+                   agents: dict[str, AgentStandIn]) -> None:
     """The worked example; the converged job of a real pod on node 3 is hosted on top."""
     layout = [list(x) for x in WORKED]
     layout[3] = ["PC"] * 5
-    set_layout(agents, mnodes, ns, layout)
+    set_layout(plane, agents, mnodes, ns, layout)
 
 
 def migration_id(obj: dict[str, Any]) -> str:
@@ -348,7 +354,7 @@ def test_converged_bare_pod_is_migrated_to_the_chosen_node_and_resumes(
     apply(plane, ns, train_pod("train-a", tag, node=mnodes[3]))
     wait_for("train-a running", lambda: running_on(api, ns, "train-a"))
     agents = agents_for(manager.url, tokens)
-    crowded_source(mnodes, ns, agents)
+    crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-a", "train-a")
     start_job(api, ns, agents, job, "train-a")
     job.run_steps(5)
@@ -372,6 +378,8 @@ def test_converged_bare_pod_is_migrated_to_the_chosen_node_and_resumes(
         api.events(ns)))
     metrics = httpx.get(f"{manager.url}/metrics").text
     assert 'specon_migrations_total{result="completed"} 1.0' in metrics
+    # every job the agents reported is a pod on its node (the check is on by default)
+    assert "specon_heartbeat_jobs_ignored_total 0.0" in metrics
     # at most once: asking again is answered "stay"
     agents[mnodes[1]].host(job, ns, "CC")
     beat_all(agents)
@@ -388,7 +396,7 @@ def test_no_verified_checkpoint_in_time_cancels_and_the_job_stays(
     apply(plane, ns, train_pod("train-b", tag, node=mnodes[3]))
     wait_for("train-b running", lambda: running_on(api, ns, "train-b"))
     agents = agents_for(manager.url, tokens)
-    crowded_source(mnodes, ns, agents)
+    crowded_source(plane, mnodes, ns, agents)
     agents[mnodes[3]].jobs["train-b"] = {"namespace": ns, "pod": "train-b", "category": "CC"}
     beat_all(agents)
     assert agents[mnodes[3]].reallocate(ns, "train-b")["decision"] == "migrate"
@@ -430,7 +438,7 @@ def test_pods_that_did_not_opt_in_or_cannot_be_recreated_are_never_moved(
     legacy = legacy_pod()
     assert legacy is not None
     agents = agents_for(manager.url, tokens)
-    crowded_source(mnodes, ns, agents)
+    crowded_source(plane, mnodes, ns, agents)
     for pod in ("no-optin", legacy):
         agents[mnodes[3]].jobs[pod] = {"namespace": ns, "pod": pod, "category": "CC"}
     beat_all(agents)
@@ -451,14 +459,14 @@ def test_job_owned_pod_is_migrated_and_its_job_controller_recreates_it_on_the_ta
     manager.start()
     agents = agents_for(manager.url, tokens)
     # first make node 3 the best place, so the Job's pod lands there
-    set_layout(agents, mnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
+    set_layout(plane, agents, mnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
     beat_all(agents)
     apply(plane, ns, train_job("tj", tag))
     first = wait_for("the Job's pod running", lambda: [
         p for p in live(api.pods(ns), "tj-") if p["status"].get("phase") == "Running"])[0]
     assert first["spec"]["nodeName"] == mnodes[3]
     name = first["metadata"]["name"]
-    crowded_source(mnodes, ns, agents)
+    crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-tj", "tj-")
     start_job(api, ns, agents, job, name)
     job.run_steps(3)
@@ -496,14 +504,14 @@ def kill_mid_migration(plane: Plane, api: Api, mnodes: list[str], tokens: dict[s
     else:
         prefix = "tk-"
         # node 3 the best place, so the Job's pod lands there
-        set_layout(agents, mnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
+        set_layout(plane, agents, mnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
         beat_all(agents)
         apply(plane, ns, train_job("tk", tag))
         name = wait_for("the Job's pod running", lambda: [
             p["metadata"]["name"] for p in live(api.pods(ns), prefix)
             if p["status"].get("phase") == "Running"])[0]
         assert running_on(api, ns, name) == mnodes[3]
-    crowded_source(mnodes, ns, agents)
+    crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-k", prefix)
     start_job(api, ns, agents, job, name)
     job.run_steps(2)
@@ -581,7 +589,7 @@ def test_a_replacement_the_target_cannot_take_is_placed_elsewhere_never_lost(
     apply(plane, ns, train_pod("train-c", tag, node=mnodes[3]))
     wait_for("train-c running", lambda: running_on(api, ns, "train-c"))
     agents = agents_for(manager.url, tokens)
-    crowded_source(mnodes, ns, agents)
+    crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-c", "train-c")
     start_job(api, ns, agents, job, "train-c")
     beat_all(agents)
@@ -617,7 +625,7 @@ def test_rebalancing_moves_a_converged_job_onto_the_idle_node(
         wait_for(f"{name} running", lambda n=name: running_on(api, ns, n))
     agents = agents_for(manager.url, tokens)
     # every job converged; node 3 idle; node 0 holds two (above the balance factor 1)
-    set_layout(agents, mnodes, ns, [[], ["CC"], ["CC"], []])
+    set_layout(plane, agents, mnodes, ns, [[], ["CC"], ["CC"], []])
     jobs = [JobStandIn(tmp_path / f"ckpt-{n}", n) for n in ("ra", "rb")]
     for j in jobs:
         start_job(api, ns, agents, j, j.prefix)
@@ -663,12 +671,12 @@ def test_two_replicas_elect_one_leader_and_the_standby_finishes_its_migration(
         apply(plane, ns, train_pod("train-h", tag, node=mnodes[3]))
         wait_for("train-h running", lambda: running_on(api, ns, "train-h"))
         agents = agents_for(b.url, tokens)
-        crowded_source(mnodes, ns, agents)
+        crowded_source(plane, mnodes, ns, agents)
         beat_all(agents)
         refused = agents[mnodes[3]].reallocate(ns, "train-h")
         assert refused["decision"] == "refused" and "not the leader" in refused["reason"]
         agents = agents_for(a.url, tokens)
-        crowded_source(mnodes, ns, agents)
+        crowded_source(plane, mnodes, ns, agents)
         job = JobStandIn(tmp_path / "ckpt-h", "train-h")
         start_job(api, ns, agents, job, "train-h")
         beat_all(agents)
@@ -679,7 +687,7 @@ def test_two_replicas_elect_one_leader_and_the_standby_finishes_its_migration(
         wait_for("the standby ready", lambda: b.answers("/readyz"), timeout=60)
         assert holder()["holderIdentity"] == "replica-b" and holder()["leaseTransitions"] >= 1
         agents = agents_for(b.url, tokens)
-        crowded_source(mnodes, ns, agents)
+        crowded_source(plane, mnodes, ns, agents)
         agents[mnodes[3]].host(job, ns, "CC")
         drive(api, ns, agents, [job], lambda _: job.starts > 1, manager=b)
         assert job.node == mnodes[1]
@@ -688,3 +696,44 @@ def test_two_replicas_elect_one_leader_and_the_standby_finishes_its_migration(
     finally:
         a.kill()
         b.kill()
+
+
+def test_a_job_outside_the_managers_training_namespaces_is_never_moved(
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, ext_port: int, scheduler: None, tmp_path: Path,
+) -> None:
+    """The manager as the chart binds it: reads everywhere, pod writes only in its training
+    namespaces (another one here). The API server refuses the migration's first record, the
+    request is answered "refused", and the pod is left as it was."""
+    ns = plane_namespace
+    allowed = f"t-{uuid.uuid4().hex[:10]}"
+    plane.kubectl("create", "namespace", allowed)
+    writes = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "patch", "delete"]},
+              {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+              {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    reads = [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list"]},
+             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]}]
+    kubeconfig = plane.service_account_kubeconfig(allowed, "manager", rules=writes,
+                                                  cluster_rules=reads)
+    mp = ManagerProcess(plane, tmp_path, tokens, port=ext_port, kubeconfig=kubeconfig)
+    try:
+        mp.start()
+        apply(plane, ns, train_pod("outside", tag, node=mnodes[3]))
+        wait_for("outside running", lambda: running_on(api, ns, "outside"))
+        agents = agents_for(mp.url, tokens)
+        crowded_source(plane, mnodes, ns, agents)
+        agents[mnodes[3]].jobs["outside"] = {"namespace": ns, "pod": "outside",
+                                             "category": "CC"}
+        beat_all(agents)
+        reply = agents[mnodes[3]].reallocate(ns, "outside")
+        assert reply["decision"] == "refused" and "403" in reply["reason"], reply
+        pod = api.pod(ns, "outside")
+        assert pod is not None and pod["spec"]["nodeName"] == mnodes[3]
+        assert "specon.io/migration" not in (pod["metadata"].get("annotations") or {})
+        metrics = httpx.get(f"{mp.url}/metrics").text
+        assert 'specon_reallocation_requests_total{decision="refused"} 1.0' in metrics
+    finally:
+        mp.kill()
+        plane.kubectl("delete", "namespace", allowed, "--wait=false", check=False)
+        plane.kubectl("delete", "clusterrole,clusterrolebinding", f"{allowed}-manager",
+                      check=False)

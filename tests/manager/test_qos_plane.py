@@ -21,6 +21,7 @@ from planemanager import (
     Api,
     ManagerProcess,
     apply,
+    placeholder_pods,
     running_on,
     scheduler_config,
     train_pod,
@@ -131,6 +132,7 @@ def test_a_deadline_pod_lands_on_free_cpu_not_beside_an_at_risk_job(
     risky, free = qnodes
     beats = Beats(qmanager.url, qtokens)
     deadline = time.time() + 3600
+    placeholder_pods(plane, ns, {"virtual-w": risky, "virtual-p": free})
     # risky: one watching job, at risk, 3 of 4 cores busy (SpeCon score 1.5);
     # free: one progressing job, on track, 1 core busy (SpeCon score 2)
     beats.send(risky, [job("virtual-w", "WC", namespace=ns, qos="at-risk", deadline=deadline,
@@ -170,6 +172,7 @@ def test_an_at_risk_job_asked_to_move_stays(
     assert obj is not None
     uid = obj["metadata"]["uid"]
     beats = Beats(qmanager.url, qtokens)
+    placeholder_pods(plane, ns, {"virtual-1": src, "virtual-2": src})
 
     def report(qos: str, slack: float) -> None:
         beats.send(src, [job("risky", "CC", namespace=ns, uid=uid, qos=qos, slack_s=slack,

@@ -7,7 +7,10 @@ resumes from that checkpoint.
 KWOK runs no containers, so the test plays the kubelet's part (a container ID in pod status,
 SIGTERM to the job's process when its pod is deleted, a start in the replacement) and the
 training processes are the SDK's real Checkpointer and Reporter writing to a shared folder,
-which the agents read through ``--progress-root`` as they would the shared volume."""
+which the agents read through ``--progress-root`` as they would the shared volume. The wiring
+is the chart's: each agent presents the token its own pod would hold (bound to a pod on its
+node, for the manager's audience) over HTTPS verified with the CA, and kube-scheduler calls
+the extender with mutual TLS."""
 
 from __future__ import annotations
 
@@ -22,12 +25,15 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from planelib import Plane, free_port
 from planemanager import REPO, Api, JobStandIn, ManagerProcess, wait_for
+from tlslib import issue, make_ca
 
 from specon.sdk import Reporter
 
@@ -38,16 +44,18 @@ TERMINAL = ("Succeeded", "Failed")
 
 
 class AgentProcess:
-    """``python -m specon_agent`` in cluster mode for one node."""
+    """``python -m specon_agent`` in cluster mode for one node, with the token its pod would
+    hold (bound to the pod, for the manager's audience) and the manager's CA."""
 
     def __init__(self, plane: Plane, workdir: Path, node: str, token: str, manager: str,
-                 shared: Path) -> None:
+                 shared: Path, ca: Path) -> None:
         (workdir / f"token-{node}").write_text(token)
         self.log = workdir / f"agent-{node}.log"
         self.argv = [sys.executable, "-m", "specon_agent", "--mode", "cluster",
                      "--node-name", node, "--kubeconfig", str(plane.kubeconfig),
                      "--actuator", "resize", "--node-cpus", "4", "--manager-url", manager,
                      "--token-file", str(workdir / f"token-{node}"),
+                     "--manager-ca-file", str(ca),
                      "--progress-root", str(shared), "--pod-log-root", str(workdir / "logs"),
                      "--scheduler-name", SCHED, "--interval-s", "2", "--poll-s", "0.2",
                      "--heartbeat-s", "0.5", "--metrics-port", "0", "--min-step", "0"]
@@ -98,30 +106,64 @@ def play_kubelet(plane: Plane, api: Api, ns: str) -> None:
                       "--type=merge", "-p", json.dumps(body))
 
 
+AUDIENCE = "specon-manager"
+
+
+@dataclass
+class Setup:
+    nodes: list[str]
+    tag: str
+    manager: ManagerProcess
+    tokens: dict[str, str]  # node -> the token its agent pod holds
+    ca: Path
+
+
 @pytest.fixture
-def setup(plane: Plane, tmp_path: Path) -> Iterator[tuple[list[str], str, ManagerProcess]]:
+def setup(plane: Plane, plane_namespace: str, tmp_path: Path) -> Iterator[Setup]:
+    """Three KWOK nodes, an agent pod on each (ServiceAccount ``agent``) and its pod-bound
+    token; the manager with TLS (the extender on its own port, mutual TLS with the real
+    kube-scheduler) reviewing the agents' tokens with the API server."""
+    ns = plane_namespace
     tag = f"ra{uuid.uuid4().hex[:6]}"
     nodes = plane.add_nodes(3, prefix=tag, labels={"specon-test": tag})
-    tokens = {f"tok-{uuid.uuid4().hex}": n for n in nodes}
-    port = free_port()
+    plane.kubectl("create", "serviceaccount", "-n", ns, "agent")
+    api = Api(plane)
+    tokens = {}
+    for i, node in enumerate(nodes):
+        plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"agent-{i}"},
+            "spec": {"nodeName": node, "serviceAccountName": "agent",
+                     "containers": [{"name": "agent", "image": "agent:local"}]}}))
+        pod = wait_for(f"agent-{i}", lambda i=i: api.pod(ns, f"agent-{i}"))
+        tokens[node] = plane.request_token(ns, "agent", AUDIENCE, pod)
+    api.close()
+    certs = tmp_path / "tls"
+    ca = make_ca(certs, "ca")
+    serving = issue(certs, ca, "manager", "specon-manager", ("IP:127.0.0.1",))
+    client = issue(certs, ca, "scheduler", "specon-scheduler", client=True)
+    ext_port = free_port()
     plane.run_scheduler(SCHED, extenders=[{
-        "urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter",
+        "urlPrefix": f"https://127.0.0.1:{ext_port}", "filterVerb": "filter",
         "prioritizeVerb": "prioritize", "weight": 10, "nodeCacheCapable": True,
-        "ignorable": True, "httpTimeout": "5s"}])
-    manager = ManagerProcess(plane, tmp_path, tokens, port=port, scheduler_name=SCHED,
-                             alpha=0.01, interval_s=2, heartbeat_interval_s=5)
+        "ignorable": True, "httpTimeout": "5s", "enableHTTPS": True,
+        "tlsConfig": {"certFile": str(client.cert), "keyFile": str(client.key),
+                      "caFile": str(ca.cert)}}])
+    manager = ManagerProcess(plane, tmp_path, None, ca_file=ca.cert, scheduler_name=SCHED,
+                             alpha=0.01, interval_s=2, heartbeat_interval_s=5,
+                             tls_cert_file=serving.cert, tls_key_file=serving.key,
+                             extender_port=ext_port, extender_client_ca_file=ca.cert,
+                             agent_audience=AUDIENCE, agent_service_accounts=[f"{ns}:agent"])
     try:
-        yield nodes, tag, manager
+        yield Setup(nodes, tag, manager, tokens, ca.cert)
     finally:
         manager.kill()
         plane.stop_scheduler(SCHED)
 
 
 def test_real_agents_move_a_converged_job_to_the_chosen_node_where_it_resumes(
-    plane: Plane, plane_namespace: str, tmp_path: Path,
-    setup: tuple[list[str], str, ManagerProcess],
+    plane: Plane, plane_namespace: str, tmp_path: Path, setup: Setup,
 ) -> None:
-    nodes, tag, manager = setup
+    nodes, tag, manager = setup.nodes, setup.tag, setup.manager
     ns = plane_namespace
     api = Api(plane)
     shared = tmp_path / "shared"
@@ -139,8 +181,8 @@ def test_real_agents_move_a_converged_job_to_the_chosen_node_where_it_resumes(
               for n in layout if n != "train-a"}
     for n in others:
         (shared / "jobs" / n).mkdir(parents=True, exist_ok=True)
-    tokens = dict(line.split()[::-1] for line in manager.tokens_file.read_text().splitlines())
-    agents = [AgentProcess(plane, tmp_path, n, tokens[n], manager.url, shared) for n in nodes]
+    agents = [AgentProcess(plane, tmp_path, n, setup.tokens[n], manager.url, shared, setup.ca)
+              for n in nodes]
     t0 = time.monotonic()
     steps = {n: 0 for n in others}
 
@@ -207,6 +249,11 @@ def test_real_agents_move_a_converged_job_to_the_chosen_node_where_it_resumes(
                   for n in ("train-b", "train-c", "train-d", job.pod)}
         assert any(v not in (None, "2") for v in limits.values()), limits
         assert "resize cpu limit" in "".join(a.text() for a in agents)
+        # every agent was known by its pod-bound token, over TLS, and nothing was refused
+        metrics = httpx.get(f"{manager.url}/metrics", verify=manager.verify).text
+        assert "specon_agent_auth_refusals_total{" not in metrics, metrics
+        assert 'specon_heartbeats_total{result="forbidden"} 0.0' in metrics
+        assert 'specon_extender_requests_total{result="ok",verb="filter"}' in metrics
     finally:
         codes = [a.stop() for a in agents]
         api.close()

@@ -31,16 +31,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "specon.manager.name" -}}{{ include "specon.fullname" . }}-manager{{- end -}}
 {{- define "specon.agent.name" -}}{{ include "specon.fullname" . }}-agent{{- end -}}
 {{- define "specon.scheduler.name" -}}{{ include "specon.fullname" . }}-scheduler{{- end -}}
-{{- define "specon.agentTokens.name" -}}
-{{- .Values.agent.auth.existingSecret | default (printf "%s-agent-tokens" (include "specon.fullname" .)) -}}
-{{- end -}}
+{{- define "specon.tls.manager" -}}{{ include "specon.fullname" . }}-manager-tls{{- end -}}
+{{- define "specon.tls.scheduler" -}}{{ include "specon.fullname" . }}-scheduler-tls{{- end -}}
+{{- define "specon.tls.ca" -}}{{ include "specon.fullname" . }}-ca{{- end -}}
 {{- define "specon.sharedClaim.name" -}}
 {{- .Values.sharedVolume.existingClaim | default (printf "%s-shared" (include "specon.fullname" .)) -}}
 {{- end -}}
 
-{{/* The manager's in-cluster URL (agents and the scheduler call it). */}}
+{{/* The manager's in-cluster URLs: agents (HTTPS) and kube-scheduler (mutual TLS). */}}
 {{- define "specon.manager.url" -}}
-http://{{ include "specon.manager.name" . }}.{{ .Release.Namespace }}.svc:{{ .Values.manager.port }}
+https://{{ include "specon.manager.name" . }}.{{ .Release.Namespace }}.svc:{{ .Values.manager.port }}
+{{- end -}}
+{{- define "specon.extender.url" -}}
+https://{{ include "specon.manager.name" . }}.{{ .Release.Namespace }}.svc:{{ .Values.manager.extenderPort }}
 {{- end -}}
 
 {{- define "specon.image" -}}
@@ -53,16 +56,21 @@ http://{{ include "specon.manager.name" . }}.{{ .Release.Namespace }}.svc:{{ .Va
 {{ .Values.scheduler.image.repository }}:{{ $tag }}
 {{- end -}}
 
-{{/* The extenders list of a KubeSchedulerConfiguration (v1) that calls the manager. */}}
+{{/* The extenders list of a KubeSchedulerConfiguration (v1) that calls the manager, with the
+  client certificate of Secret specon.tls.scheduler mounted at /etc/specon-scheduler/tls. */}}
 {{- define "specon.extenders" -}}
 extenders:
-  - urlPrefix: {{ include "specon.manager.url" . | quote }}
+  - urlPrefix: {{ include "specon.extender.url" . | quote }}
     filterVerb: filter
     prioritizeVerb: prioritize
     weight: {{ .Values.scheduler.extender.weight }}
     nodeCacheCapable: {{ .Values.scheduler.extender.nodeCacheCapable }}
     ignorable: {{ .Values.scheduler.extender.ignorable }}
-    enableHTTPS: false
+    enableHTTPS: true
+    tlsConfig:
+      certFile: /etc/specon-scheduler/tls/tls.crt
+      keyFile: /etc/specon-scheduler/tls/tls.key
+      caFile: /etc/specon-scheduler/tls/ca.crt
     httpTimeout: {{ .Values.scheduler.extender.httpTimeout }}
 {{- end -}}
 
