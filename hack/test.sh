@@ -17,6 +17,8 @@ cleanup() {
 trap cleanup EXIT
 
 log() { printf '\033[1m[test]\033[0m %s\n' "$*" >&2; }
+# shellcheck source=hack/lib/apt.sh
+source "$ROOT/hack/lib/apt.sh"
 
 VENV=${SPECON_VENV:-$ROOT/.venv}
 if [ ! -x "$VENV/bin/python" ]; then

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -20,7 +21,11 @@ import pytest
 from docker.models.containers import Container
 
 ROOT = Path(__file__).resolve().parents[1]
-LABEL = {"org.specon.test": "docker"}
+#: This pytest session's containers carry its own id: the session's clean-up removes them and
+#: nothing else. The machine's engine is shared by several sessions at once, and a clean-up by
+#: a bare label removed other sessions' running training containers mid-test.
+SESSION_LABEL = {"org.specon.test.session": uuid.uuid4().hex}
+LABEL = {"org.specon.test.kind": "docker", **SESSION_LABEL}
 #: Options for every test container: labelled for clean-up, and no network (none is needed, and
 #: the tests then run on an engine started without a bridge too).
 RUN: dict[str, Any] = {"labels": LABEL, "network_mode": "none"}
@@ -40,9 +45,10 @@ def engine() -> Iterator[docker.DockerClient]:
     except docker.errors.DockerException as exc:
         pytest.fail(f"no Docker Engine answers ({exc}); hack/test.sh starts one (20-docker.sh)")
     yield client
-    # Whatever a failed test left behind (every test container carries the org.specon.test
-    # label: "docker" here, "images" for tests/deploy/test_images.py).
-    for container in client.containers.list(all=True, filters={"label": "org.specon.test"}):
+    # Whatever a failed test of this session left behind (every test container carries
+    # SESSION_LABEL: here, in tests/deploy/test_images.py and test_prometheus.py).
+    (key, value), = SESSION_LABEL.items()
+    for container in client.containers.list(all=True, filters={"label": f"{key}={value}"}):
         try:
             container.remove(force=True)
         except docker.errors.NotFound:

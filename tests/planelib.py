@@ -37,9 +37,19 @@ Fixtures (registered for every test folder by tests/conftest.py):
 - ``service_account_kubeconfig(namespace, name, rules=None, cluster_rules=None)`` creates a
   ServiceAccount (and a Role / ClusterRole bound to it when rules are given, each rule a
   PolicyRule dict), requests a token for it and writes a kubeconfig that acts as it.
+- ``request_token(namespace, service_account, audience=None, pod=None)``: a token from the
+  TokenRequest API, for an audience, bound to a pod (its claims then name the pod and, since
+  1.30, the pod's node), as a projected service-account token volume holds.
 - ``logs`` maps each component to its log file; ``log_tails()`` returns their last lines (they
   are attached to the report of every failing test that used the plane).
 - ``startup_seconds``: how long start-up took (printed in pytest's terminal summary).
+
+``Plane(..., address=IP, real_nodes=True)`` is the variant that kubelets join
+(tests/nodelib.py): the API server binds and advertises ``address`` (an address the nodes'
+network namespaces reach), keeps the ``kubernetes`` Service's endpoints, authorizes with
+``Node,RBAC`` and the NodeRestriction admission plugin, gives pods service-account tokens (the
+ServiceAccount admission plugin is on), and talks to kubelets with a client certificate;
+``client_cert(name, cn, orgs)`` and ``cert_kubeconfig(...)`` make the nodes' identities.
 """
 
 from __future__ import annotations
@@ -91,9 +101,9 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def _make_pki(pki: Path) -> None:
-    """A CA, a serving certificate for 127.0.0.1/localhost signed by it, and the RSA key that
-    signs service-account tokens."""
+def _make_pki(pki: Path, extra_ips: Sequence[str] = ()) -> None:
+    """A CA, a serving certificate for 127.0.0.1/localhost (and ``extra_ips``) signed by it, and
+    the RSA key that signs service-account tokens."""
     pki.mkdir(parents=True, exist_ok=True)
     _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
     _openssl("req", "-x509", "-new", "-key", "ca.key", "-days", "30", "-subj", "/CN=specon-test-ca",
@@ -102,7 +112,8 @@ def _make_pki(pki: Path) -> None:
     _openssl("req", "-new", "-key", "serving.key", "-subj", "/CN=kube-apiserver",
              "-out", "serving.csr", cwd=pki)
     (pki / "serving.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
+        "subjectAltName=IP:127.0.0.1,IP:10.96.0.1," + "".join(f"IP:{ip}," for ip in extra_ips)
+        + "DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
         "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"
     )
@@ -177,6 +188,10 @@ class Plane:
     ports: dict[str, int] = field(default_factory=dict)
     admin_token: str = ""
     startup_seconds: float = 0.0
+    #: The address the API server binds and advertises (real nodes need one they can reach).
+    address: str = "127.0.0.1"
+    #: The flags kubelets need (module docstring); off for the KWOK-only plane.
+    real_nodes: bool = False
 
     # -- paths ---------------------------------------------------------------------------------
     @property
@@ -193,7 +208,7 @@ class Plane:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.ports['apiserver']}"
+        return f"https://{self.address}:{self.ports['apiserver']}"
 
     @property
     def logs(self) -> dict[str, Path]:
@@ -206,7 +221,7 @@ class Plane:
     def start(self) -> None:
         t0 = time.monotonic()
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        _make_pki(self.pki)
+        _make_pki(self.pki, [self.address] if self.address != "127.0.0.1" else [])
         self.admin_token = uuid.uuid4().hex
         self.ports = {name: free_port() for name in
                       ("etcd", "etcd-peer", "apiserver", "controller-manager")}
@@ -225,27 +240,42 @@ class Plane:
         ])
         self._wait("etcd", lambda: _http_ok(f"{etcd_url}/health"))
 
+        if self.real_nodes:
+            kubelet_crt, kubelet_key = self.client_cert(
+                "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ["system:masters"])
+            mode_flags = [
+                "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+                f"--kubelet-client-certificate={kubelet_crt}",
+                f"--kubelet-client-key={kubelet_key}",
+                # Nodes are reached by the address they report, never by a host name that no
+                # resolver here knows.
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+        else:
+            mode_flags = [
+                "--authorization-mode=RBAC",
+                # Pods need no token volume here (KWOK runs nothing); this spares each test
+                # namespace the wait for its default ServiceAccount.
+                "--disable-admission-plugins=ServiceAccount",
+                # The loopback address cannot be an Endpoints address; nothing here uses the
+                # in-cluster `kubernetes` Service.
+                "--endpoint-reconciler-type=none",
+            ]
         self._launch("kube-apiserver", [
             self._bin("kube-apiserver"),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}", f"--advertise-address={self.address}",
             f"--secure-port={self.ports['apiserver']}",
             f"--tls-cert-file={self.pki / 'serving.crt'}",
             f"--tls-private-key-file={self.pki / 'serving.key'}",
             f"--client-ca-file={self.ca_file}",
             f"--token-auth-file={tokens}",
-            "--authorization-mode=RBAC",
+            *mode_flags,
             f"--service-account-key-file={self.pki / 'sa.pub'}",
             f"--service-account-signing-key-file={self.pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # Pods need no token volume here (KWOK runs nothing); this spares each test namespace
-            # the wait for its default ServiceAccount.
-            "--disable-admission-plugins=ServiceAccount",
             "--enable-priority-and-fairness=false",
-            # The loopback address cannot be an Endpoints address; nothing here uses the
-            # in-cluster `kubernetes` Service.
-            "--endpoint-reconciler-type=none",
             "--allow-privileged=true", "--profiling=false",
         ])
         self._wait("kube-apiserver", lambda: self._readyz())
@@ -416,6 +446,38 @@ class Plane:
         self.kubectl("annotate", "--overwrite", "-n", namespace, f"pod/{name}",
                      f"{COMPLETE_ANNOTATION}={phase}")
 
+    # -- identities ----------------------------------------------------------------------------
+    def client_cert(self, name: str, cn: str, orgs: Sequence[str] = ()) -> tuple[Path, Path]:
+        """A client certificate (user ``cn``, groups ``orgs``) signed by the plane's CA:
+        (certificate, key) files under the PKI folder."""
+        subject = "".join(f"/O={o}" for o in orgs) + f"/CN={cn}"
+        crt, key = self.pki / f"{name}.crt", self.pki / f"{name}.key"
+        _openssl("genrsa", "-out", key.name, "2048", cwd=self.pki)
+        _openssl("req", "-new", "-key", key.name, "-subj", subject, "-out", f"{name}.csr",
+                 cwd=self.pki)
+        (self.pki / f"{name}.ext").write_text(
+            "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-days", "30", "-extfile", f"{name}.ext", "-out", crt.name,
+                 cwd=self.pki)
+        key.chmod(0o600)
+        return crt, key
+
+    def cert_kubeconfig(self, path: Path, cert: Path, key: Path, user: str) -> Path:
+        """A kubeconfig that authenticates with this client certificate."""
+        cluster = {"server": self.server, "certificate-authority": str(self.ca_file)}
+        doc = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "plane", "cluster": cluster}],
+            "users": [{"name": user, "user": {"client-certificate": str(cert),
+                                              "client-key": str(key)}}],
+            "contexts": [{"name": user, "context": {"cluster": "plane", "user": user}}],
+            "current-context": user,
+        }
+        path.write_text(yaml.safe_dump(doc))
+        path.chmod(0o600)
+        return path
+
     # -- RBAC ----------------------------------------------------------------------------------
     def service_account_kubeconfig(self, namespace: str, name: str,
                                    rules: Sequence[dict[str, Any]] | None = None,
@@ -453,6 +515,19 @@ class Plane:
                              f"--duration={expiration_seconds}s").stdout.strip()
         path = self.workdir / f"sa-{namespace}-{name}.kubeconfig"
         return write_kubeconfig(path, self.server, self.ca_file, token, sa_user)
+
+    def request_token(self, namespace: str, service_account: str, audience: str | None = None,
+                      pod: dict[str, Any] | None = None, duration_s: int = 600) -> str:
+        """A token of ServiceAccount ``namespace/service_account`` from the TokenRequest API:
+        for ``audience`` (default: the API server's), bound to ``pod`` (a Pod object, by name
+        and UID) when given, as the kubelet's projected volume gets for a pod."""
+        args = ["create", "token", "-n", namespace, service_account, f"--duration={duration_s}s"]
+        if audience is not None:
+            args.append(f"--audience={audience}")
+        if pod is not None:
+            args += ["--bound-object-kind=Pod", f"--bound-object-name={pod['metadata']['name']}",
+                     f"--bound-object-uid={pod['metadata']['uid']}"]
+        return self.kubectl(*args).stdout.strip()
 
     # -- diagnostics ---------------------------------------------------------------------------
     def log_tails(self, lines: int = 30) -> str:

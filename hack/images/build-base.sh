@@ -14,6 +14,8 @@ CACHE=${SPECON_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specon-images}
 TARBALL=$CACHE/specon-base-$TAG.tar
 
 say() { printf '[images] %s\n' "$*" >&2; }
+# shellcheck source=hack/lib/apt.sh
+source "$(dirname "$0")/../lib/apt.sh"
 
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   say "$IMAGE present"
@@ -29,8 +31,8 @@ mirror() {
 if [ ! -s "$TARBALL" ]; then
   command -v debootstrap >/dev/null || {
     say "installing debootstrap"
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null
+    specon_apt update -q >/dev/null
+    specon_apt install -y -q --no-install-recommends debootstrap >/dev/null
   }
   MIRROR=$(mirror)
   [ -n "$MIRROR" ] || { say "no apt source for suite $SUITE on this machine"; exit 1; }

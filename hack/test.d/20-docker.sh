@@ -7,8 +7,8 @@ if [ "${SPECON_SKIP_DOCKER:-0}" = 1 ]; then
 else
   if ! command -v dockerd >/dev/null 2>&1; then
     log "docker: installing Debian's docker.io"
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io >/dev/null
+    specon_apt update -q >/dev/null
+    specon_apt install -y -q --no-install-recommends docker.io >/dev/null
   fi
 
   if docker info >/dev/null 2>&1; then

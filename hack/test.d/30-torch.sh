@@ -7,13 +7,12 @@ installed=$(dpkg-query -W -f='${Status}\n' python3-torch python3-sklearn 2>/dev/
   | grep -c 'install ok installed' || true)
 if [ "$installed" != 2 ]; then
   log "installing Debian's python3-torch and python3-sklearn (CPU PyTorch for the examples)"
-  sudo_cmd=()
-  [ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  if ! "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends python3-torch python3-sklearn \
+  apt_cmd=(specon_apt)
+  [ "$(id -u)" = 0 ] || apt_cmd=(sudo apt-get)
+  if ! "${apt_cmd[@]}" install -y -q --no-install-recommends python3-torch python3-sklearn \
       >/dev/null; then
-    "${sudo_cmd[@]}" apt-get update -q >/dev/null
-    nice -n 19 "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends \
+    "${apt_cmd[@]}" update -q >/dev/null
+    nice -n 19 "${apt_cmd[@]}" install -y -q --no-install-recommends \
       python3-torch python3-sklearn >/dev/null
   fi
 fi

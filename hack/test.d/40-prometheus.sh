@@ -11,9 +11,9 @@ else
     log "prometheus: installing Debian's prometheus"
     export DEBIAN_FRONTEND=noninteractive
     prom_before=$(pgrep -x prometheus || true)
-    if ! apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; then
-      apt-get update -q >/dev/null
-      nice -n 19 apt-get install -y -q --no-install-recommends prometheus >/dev/null
+    if ! specon_apt install -y -q --no-install-recommends prometheus >/dev/null 2>&1; then
+      specon_apt update -q >/dev/null
+      nice -n 19 specon_apt install -y -q --no-install-recommends prometheus >/dev/null
     fi
     for prom_pid in $(pgrep -x prometheus || true); do
       case " $prom_before " in *" $prom_pid "*) ;; *) kill "$prom_pid" 2>/dev/null || true ;; esac

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test plane's binaries (etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
-# kwok, helm) from the pinned Go modules beside this script, cached by version; prints the bin dir.
+# kwok, helm, and for the real nodes kubelet, kube-proxy, coredns and the pause binary) from the
+# pinned Go modules beside this script, cached by version; prints the bin dir.
 #
 # Usage: hack/testplane/build.sh            # build if needed, print the bin dir on stdout
 #        hack/testplane/build.sh --print    # print the bin dir without building (may not exist)
@@ -34,16 +35,18 @@ main() {
   ETCD=$(pinned etcd go.etcd.io/etcd/server/v3)
   KWOK=$(pinned kwok sigs.k8s.io/kwok)
   HELM=$(pinned helm helm.sh/helm/v3)
-  for v in KUBE ETCD KWOK HELM; do
+  COREDNS=$(pinned coredns github.com/coredns/coredns)
+  for v in KUBE ETCD KWOK HELM COREDNS; do
     [ -n "${!v}" ] || { say "cannot read the pinned $v version from $HERE/*/go.mod"; exit 2; }
   done
 
   go_version=$(go env GOVERSION 2>/dev/null || echo "no-go")
   hash=$(cd "$HERE" && cat build.sh ./*/go.mod ./*/go.sum ./*/*.go 2>/dev/null \
     | { cat; echo "$go_version"; } | sha256sum | cut -c1-10)
-  KEY="k8s-$KUBE-etcd-$ETCD-kwok-$KWOK-helm-$HELM-$hash"
+  KEY="k8s-$KUBE-etcd-$ETCD-kwok-$KWOK-helm-$HELM-coredns-$COREDNS-$hash"
   BIN="$CACHE_ROOT/$KEY/bin"
-  BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok helm)
+  BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok helm kubelet kube-proxy
+    coredns pause)
 
   complete() {
     [ -e "$BIN/.complete" ] || return 1
@@ -96,9 +99,24 @@ main() {
     sigs.k8s.io/kwok/cmd/kwok
   [ -x "$work/helm" ] || build helm "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
     helm.sh/helm/v3/cmd/helm
-  if [ ! -x "$work/kube-apiserver" ] || [ ! -x "$work/kube-scheduler" ] || [ ! -x "$work/kube-controller-manager" ]; then
-    build kube "$kube_ldflags" k8s.io/kubernetes/cmd/kube-apiserver \
-      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
+  [ -x "$work/coredns" ] || build coredns "-s -w" .
+  local kube_missing=() b
+  for b in kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy; do
+    [ -x "$work/$b" ] || kube_missing+=("k8s.io/kubernetes/cmd/$b")
+  done
+  if [ "${#kube_missing[@]}" -gt 0 ]; then
+    build kube "$kube_ldflags" "${kube_missing[@]}"
+  fi
+  # The pod sandbox's pause process, from the C source in the pinned Kubernetes module, built
+  # as upstream's build/pause/Makefile does (static, so it runs in an otherwise empty image).
+  if [ ! -x "$work/pause" ]; then
+    local src
+    src=$(cd "$HERE/kube" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause
+    local ptag
+    ptag=$(sed -n 's/^TAG ?= //p' "$src/Makefile")
+    gcc -Os -Wall -Werror -static -DVERSION="v$ptag-specon" -o "$work/pause" "$src/linux/pause.c"
+    echo "$ptag" >"$work/pause.version"
+    say "built pause $ptag"
   fi
 
   rm -rf "$BIN"

@@ -73,24 +73,3 @@ def one(objs: Iterable[dict[str, Any]], kind: str, name: str | None = None) -> d
 def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
     spec: dict[str, Any] = workload["spec"]["template"]["spec"]
     return spec
-
-
-def role_requirements(*roles: str) -> list[str]:
-    """The requirements of the pyproject extras ``roles``, self-references expanded."""
-    import tomllib
-
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
-    out: set[str] = set()
-    todo, seen = list(roles), set()
-    while todo:
-        role = todo.pop()
-        if role in seen:
-            continue
-        seen.add(role)
-        for req in extras[role]:
-            if req.startswith("specon["):
-                todo.extend(x.strip() for x in req[len("specon["):-1].split(","))
-            else:
-                out.add(req)
-    return sorted(out)

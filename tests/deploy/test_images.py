@@ -5,57 +5,26 @@ and turns healthy by the image's own HEALTHCHECK."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from deploylib import ROOT, role_requirements
+from dockerlib import SESSION_LABEL
+from imagelib import image_context
 from planelib import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-LABEL = {"org.specon.test": "images"}
-
-
-def _pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args],
-                   check=True, timeout=900)
+LABEL = {"org.specon.test.kind": "images", **SESSION_LABEL}
 
 
 @pytest.fixture(scope="session")
 def context(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A build context like the repository's, plus wheels/ (dependencies cached by the hash of
-    pyproject.toml under ~/.cache/specon-images; the project's wheel built fresh)."""
-    pyproject = (ROOT / "pyproject.toml").read_bytes()
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specon-images" / (
-        "wheels-py311-" + hashlib.sha256(pyproject).hexdigest()[:16])
-    if not (cache / ".complete").exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        deps = role_requirements("agent", "manager")
-        # Wheels for the base image's interpreter (CPython 3.11 on glibc x86-64).
-        _pip("download", "--only-binary=:all:", "--python-version", "3.11",
-             "--implementation", "cp", "--platform", "manylinux2014_x86_64",
-             "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_28_x86_64",
-             "-d", str(cache), "pip", *deps)
-        (cache / ".complete").touch()
-    ctx = tmp_path_factory.mktemp("image-context")
-    for name in ("pyproject.toml", "README.md", "Dockerfile.manager", "Dockerfile.agent",
-                 ".dockerignore"):
-        if (ROOT / name).exists():
-            shutil.copy2(ROOT / name, ctx / name)
-    for pkg in ("specon", "specon_agent", "specon_manager"):
-        shutil.copytree(ROOT / pkg, ctx / pkg,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copytree(cache, ctx / "wheels", ignore=shutil.ignore_patterns(".complete"))
-    _pip("wheel", "--no-deps", "-w", str(ctx / "wheels"), str(ROOT))
-    return ctx
+    """A build context like the repository's, plus wheels/ (tests/imagelib.py)."""
+    return image_context(tmp_path_factory.mktemp("image-context"))
 
 
 def build(engine: Any, context: Path, dockerfile: str, base: str, tag: str) -> Any:
@@ -64,7 +33,10 @@ def build(engine: Any, context: Path, dockerfile: str, base: str, tag: str) -> A
     try:
         image, _ = engine.images.build(path=str(context), dockerfile=dockerfile, tag=tag,
                                        buildargs={"BASE": base}, rm=True, forcerm=True,
-                                       labels=LABEL)
+                                       labels=LABEL,
+                                       # offline (the wheels are in the context), so an
+                                       # engine without its default bridge builds too
+                                       network_mode="none")
     except docker.errors.BuildError as exc:
         log = "".join(str(c.get("stream", c.get("error", ""))) for c in exc.build_log)
         pytest.fail(f"{dockerfile} did not build:\n{log[-4000:]}")

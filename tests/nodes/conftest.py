@@ -1,0 +1,96 @@
+"""Fixtures of the real-node tests: the images (built on the local engine from the local base)
+and a cluster of two real nodes (tests/nodelib.py) on a plane of its own."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from imagelib import docker_build, image_context
+from nodehelp import APP_VERSION, REGISTRY
+from nodelib import (
+    IMAGE_LABEL,
+    NodeError,
+    RealCluster,
+    build_system_images,
+    missing_requirements,
+)
+from planelib import REPO, require_bin_dir
+
+_CLUSTERS: list[RealCluster] = []
+
+
+def _skip_or_fail(why: str) -> None:
+    ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    if os.environ.get("SPECON_SKIP_NODES") == "1" and not ci:
+        pytest.skip(f"SPECON_SKIP_NODES=1: {why}")
+    pytest.fail(why + " (set SPECON_SKIP_NODES=1 to skip the tests marked nodes; CI never "
+                "skips them)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def node_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Every image the cluster runs, by role: pause and kube-scheduler from the plane's
+    binaries, manager, agent and examples from the repository's Dockerfiles, and the base."""
+    if os.environ.get("SPECON_SKIP_NODES") == "1":
+        _skip_or_fail("real nodes skipped on request")
+    if os.environ.get("SPECON_SKIP_DOCKER") == "1":
+        _skip_or_fail("SPECON_SKIP_DOCKER=1: the nodes' images are built on the Docker Engine")
+    bin_dir = require_bin_dir()
+    base = os.environ.get("SPECON_BASE_IMAGE") or (
+        "specon-base:" + (REPO / "hack/images/base-tag").read_text().strip())
+    work = tmp_path_factory.mktemp("node-images")
+    try:
+        images = build_system_images(bin_dir, base, work)
+    except NodeError as exc:
+        _skip_or_fail(str(exc))
+    ctx = image_context(work / "context")
+    for role, dockerfile in (("manager", "Dockerfile.manager"), ("agent", "Dockerfile.agent"),
+                             ("examples", "Dockerfile.examples")):
+        tag = f"{REGISTRY}/specon/{role}:{APP_VERSION}"
+        docker_build(ctx, dockerfile, tag, base, IMAGE_LABEL)
+        images[role] = tag
+    images["base"] = base
+    return images
+
+
+@pytest.fixture(scope="session")
+def cluster(node_images: dict[str, str],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    problems = missing_requirements()
+    if problems:
+        _skip_or_fail("cannot run real nodes here: " + "; ".join(problems))
+    images = [v for k, v in node_images.items() if k != "pause"]
+    c = RealCluster.start(require_bin_dir(), tmp_path_factory.mktemp("nodes"), images)
+    _CLUSTERS.append(c)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def namespace(cluster: RealCluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    cluster.plane.kubectl("create", "namespace", name)
+    yield name
+    cluster.plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "cluster" in getattr(item, "fixturenames", ()) and _CLUSTERS:
+        report.sections.append(("real nodes' logs (last lines)", _CLUSTERS[-1].log_tails()))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for c in _CLUSTERS:
+        terminalreporter.write_line(
+            f"real nodes: started in {c.startup_seconds:.1f} s ({c.describe()}; logs under "
+            f"{c.workdir})")
+

@@ -1,0 +1,76 @@
+"""Small helpers of the real-node tests: JSON from kubectl, waiting, a pod's cgroup files."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nodelib import RealCluster
+
+from specon_agent.actuators.cgroup import CgroupActuator, cpu_cgroup_root
+
+T = TypeVar("T")
+#: The chart's appVersion: the tag of the project's images.
+APP_VERSION = "0.1.0"
+#: The registry the tests' images are named under (the user's own registry in the guide).
+REGISTRY = "specon.test"
+
+
+def get(cluster: RealCluster, *args: str) -> Any:
+    return json.loads(cluster.plane.kubectl("get", *args, "-o", "json").stdout)
+
+
+def pods(cluster: RealCluster, namespace: str, *selector: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get(cluster, "pods", "-n", namespace, *selector)["items"]
+    return items
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 1.0,
+             diagnose: Callable[[], str] | None = None) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{diagnose()}" if diagnose else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{extra}")
+        time.sleep(every)
+
+
+def running_container_id(pod: dict[str, Any], container: str | None = None) -> str | None:
+    if pod["metadata"].get("deletionTimestamp"):
+        return None
+    for cs in pod.get("status", {}).get("containerStatuses") or []:
+        if (container is None or cs["name"] == container) and "running" in (cs.get("state") or {}):
+            cid = cs.get("containerID")
+            return str(cid) if cid else None
+    return None
+
+
+class Cgroups:
+    """The host's cpu hierarchy, read as the agent reads it (the project's CgroupActuator finds
+    a container's cgroup by its ID under the kubelet's layout)."""
+
+    def __init__(self) -> None:
+        self.root, self.version = cpu_cgroup_root()
+        self.finder = CgroupActuator(root=self.root, version=self.version)
+
+    def path(self, container_id: str) -> Path:
+        return self.finder.find(container_id)
+
+    def quota(self, path: Path) -> int | None:
+        """The CFS quota in microseconds per 100 ms period (None: unlimited)."""
+        if self.version == 2:
+            quota, period = (path / "cpu.max").read_text().split()
+            return None if quota == "max" else int(quota) * 100_000 // int(period)
+        quota_us = int((path / "cpu.cfs_quota_us").read_text())
+        period_us = int((path / "cpu.cfs_period_us").read_text())
+        return None if quota_us < 0 else quota_us * 100_000 // period_us
+
+    def throttled(self, path: Path) -> int:
+        stats = dict(line.split() for line in (path / "cpu.stat").read_text().splitlines())
+        return int(stats["nr_throttled"])

@@ -1,0 +1,266 @@
+"""The user's path, end to end on two real nodes: `helm install` the chart (manager, agents and
+specon-scheduler run as real pods), `kubectl apply` the training Jobs of deploy/examples, the
+agent follows their losses and changes their CPU limits (read back from the cgroup files),
+the converged migratable job is checkpointed, evicted and restored on the other node, where it
+finishes with its loss curve continuing, and `helm uninstall` leaves every container's limit as
+its owner set it.
+
+The install is docs/user-guide.md's, with this machine's registry name and storage class, the
+cgroup v1 layout of this host (`agent.cgroup.cpuSubPath`), and short intervals so that a job
+converges within a minute."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from nodehelp import REGISTRY, Cgroups, get, pods, running_container_id, wait_for
+from nodelib import RealCluster
+from planelib import REPO
+
+pytestmark = [pytest.mark.nodes, pytest.mark.plane, pytest.mark.slow]
+
+RELEASE, SYSTEM = "specon", "specon-system"
+EXAMPLES = REPO / "deploy" / "examples"
+STORAGE_CLASS = "specon-shared"
+MIGRATABLE = "mlp-digits"
+
+
+def helm(cluster: RealCluster, home: Path, *args: str,
+         timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HELM_CACHE_HOME=str(home / "cache"),
+               HELM_CONFIG_HOME=str(home / "config"), HELM_DATA_HOME=str(home / "data"))
+    res = subprocess.run([str(cluster.bin_dir / "helm"), f"--kubeconfig={cluster.plane.kubeconfig}",
+                          *args], capture_output=True, text=True, env=env, timeout=timeout)
+    assert res.returncode == 0, f"helm {' '.join(args)}:\n{res.stdout}{res.stderr}"
+    return res
+
+
+def install_args(images: dict[str, str]) -> list[str]:
+    """docs/user-guide.md's `helm install`, with this machine's registry and storage class ..."""
+    guide = [
+        "install", RELEASE, str(REPO / "charts" / "specon"), "--namespace", SYSTEM,
+        "--create-namespace",
+        "--set", f"manager.image.repository={REGISTRY}/specon/manager",
+        "--set", f"agent.image.repository={REGISTRY}/specon/agent",
+        "--set", "agent.actuator=cgroup", "--set", f"sharedVolume.storageClass={STORAGE_CLASS}",
+    ]
+    # ... the scheduler's image from the same registry (the guide's default is upstream's) ...
+    scheduler_repo = images["scheduler"].rsplit(":", 1)[0]
+    # ... this host's cgroup v1 layout (the guide's table: cpu,cpuacct on most v1 hosts; here
+    # cpu and cpuacct are mounted apart), and intervals short enough for a test.
+    cg = Cgroups()
+    sub = "" if cg.version == 2 else cg.root.name
+    return [*guide, "--set", f"scheduler.image.repository={scheduler_repo}",
+            "--set-string", f"agent.cgroup.cpuSubPath={sub}",
+            "--set", "algorithm.intervalSeconds=10", "--set", "manager.heartbeat.intervalSeconds=2",
+            "--wait", "--timeout", "6m"]
+
+
+def example(name: str, images: dict[str, str]) -> list[dict[str, Any]]:
+    """deploy/examples/NAME as the user applies it, with this machine's registry names and
+    storage class (the public python image is the local base here)."""
+    text = (EXAMPLES / name).read_text()
+    text = text.replace("image: specon/examples:", f"image: {REGISTRY}/specon/examples:")
+    text = text.replace("image: python:3.11-slim", f"image: {images['base']}")
+    text = text.replace("storageClassName: nfs", f"storageClassName: {STORAGE_CLASS}")
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def renamed(job: dict[str, Any], name: str) -> dict[str, Any]:
+    job = json.loads(json.dumps(job))
+    job["metadata"]["name"] = name
+    return job
+
+
+def shared_volumes(cluster: RealCluster, path: Path, training_ns: str) -> None:
+    """Two PersistentVolumes on one host folder, standing in for one NFS export: one for the
+    release's claim, one for the training namespace's."""
+    path.mkdir(parents=True, exist_ok=True)
+    docs = [{"apiVersion": "v1", "kind": "PersistentVolume",
+             "metadata": {"name": f"{STORAGE_CLASS}-{who}"},
+             "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteMany"],
+                      "storageClassName": STORAGE_CLASS,
+                      "persistentVolumeReclaimPolicy": "Retain",
+                      "claimRef": {"namespace": ns, "name": claim},
+                      "hostPath": {"path": str(path), "type": "Directory"}}}
+            for who, ns, claim in (("release", SYSTEM, f"{RELEASE}-shared"),
+                                   ("training", training_ns, "specon-shared"))]
+    cluster.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+def save_logs(cluster: RealCluster) -> str:
+    """The manager's and agents' logs, kept beside the nodes' (their pods' logs go with them);
+    returns the last lines of each."""
+    out = []
+    for p in pods(cluster, SYSTEM):
+        name = p["metadata"]["name"]
+        res = cluster.plane.kubectl("logs", "-n", SYSTEM, name, "--timestamps", check=False)
+        (cluster.workdir / f"{name}.log").write_text(res.stdout + res.stderr)
+        lines = [ln for ln in res.stdout.splitlines() if "GET /metrics" not in ln]
+        out.append(f"--- {name} ---\n" + "\n".join(lines[-15:]))
+    return "\n".join(out) + "\n"
+
+
+def progress_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line being written
+    return out
+
+
+class LimitWatch:
+    """Every CFS quota seen on each training container, and on its pod, by the container ID."""
+
+    def __init__(self) -> None:
+        self.cg = Cgroups()
+        self.seen: dict[str, set[int | None]] = {}
+        self.pod_seen: dict[str, set[int | None]] = {}
+
+    def sample(self, cluster: RealCluster, namespace: str) -> None:
+        for p in pods(cluster, namespace):
+            cid = running_container_id(p)
+            if cid is None:
+                continue
+            try:
+                path = self.cg.path(cid)
+                self.seen.setdefault(cid, set()).add(self.cg.quota(path))
+                self.pod_seen.setdefault(cid, set()).add(self.cg.quota(path.parent))
+            except Exception:
+                continue  # the container ended between the listing and the read
+
+
+def test_helm_install_apply_throttle_migrate_resume_uninstall(
+        cluster: RealCluster, node_images: dict[str, str], tmp_path: Path) -> None:
+    k = cluster.plane.kubectl
+    first, second = cluster.node_names
+    training = "training"
+    home = tmp_path / "helm"
+    shared = cluster.workdir / "shared"
+    k("create", "namespace", training)
+    shared_volumes(cluster, shared, training)
+    watch = LimitWatch()
+
+    # -- install (docs/user-guide.md) -------------------------------------------------------------
+    helm(cluster, home, *install_args(node_images))
+    system = pods(cluster, SYSTEM)
+    agents = [p for p in system if p["metadata"]["labels"].get(
+        "app.kubernetes.io/component") == "agent"]
+    assert sorted(p["spec"]["nodeName"] for p in agents) == [first, second]
+    assert all(p["status"]["phase"] == "Running" for p in system), [
+        (p["metadata"]["name"], p["status"]["phase"]) for p in system]
+
+    # -- submit: every job lands on the first node (the second is cordoned meanwhile) -----------
+    k("cordon", second)
+    filler = example("training-job.yaml", node_images)[0]
+    docs = [renamed(filler, "quadratic-a"), renamed(filler, "quadratic-b"),
+            *example("migratable-job.yaml", node_images)]
+    k("apply", "-n", training, "-f", "-", input=yaml.safe_dump_all(docs))
+
+    def all_running() -> bool:
+        ps = pods(cluster, training)
+        return len(ps) == 3 and all(running_container_id(p) for p in ps)
+
+    wait_for("the three training pods to run", all_running, timeout=300,
+             diagnose=lambda: k("get", "pods", "-n", training, "-o", "wide").stdout)
+    assert {p["spec"]["nodeName"] for p in pods(cluster, training)} == {first}
+    original = {p["metadata"]["name"]: p for p in pods(cluster, training)}
+    k("uncordon", second)
+
+    # -- the agent follows the losses and writes limits; the converged job moves -----------------
+    ckpt_dir = shared / "jobs" / MIGRATABLE
+    progress = ckpt_dir / "progress.jsonl"
+
+    def moved() -> dict[str, Any] | None:
+        watch.sample(cluster, training)
+        for p in pods(cluster, training, "-l", f"job-name={MIGRATABLE}"):
+            if p["metadata"]["name"] not in original and p["spec"].get("nodeName") == second \
+                    and running_container_id(p):
+                return p
+        return None
+
+    def status() -> str:
+        return (save_logs(cluster) + k("get", "pods", "-n", training, "-o", "wide").stdout
+                + k("get", "events", "-n", training, "--sort-by=.lastTimestamp").stdout[-3000:]
+                + "\n" + "\n".join(json.dumps(r) for r in progress_records(progress)[-5:]))
+
+    replacement = wait_for("the converged job to be restored on the other node", moved,
+                           timeout=420, every=2, diagnose=status)
+
+    # -- it finishes there, its loss curve continuing where it stopped ----------------------------
+    def finished() -> bool:
+        watch.sample(cluster, training)
+        job = get(cluster, "job", "-n", training, MIGRATABLE)
+        return bool(job.get("status", {}).get("succeeded"))
+
+    wait_for("the migrated job to finish", finished, timeout=900, every=3, diagnose=status)
+    records = progress_records(progress)
+    events = [r for r in records if r.get("event") != "progress"]
+    losses = [(r["step"], r["loss"]) for r in records if r.get("event") == "progress"]
+    stops = [e for e in events if e["event"] == "stop"]
+    resumes = [e for e in events if e["event"] == "resume"]
+    assert len(stops) == 1 and stops[0]["exit_code"] == 143, events
+    assert len(resumes) == 1 and resumes[0]["step"] == stops[0]["step"], events
+    requested = [e for e in events if e["event"] == "checkpoint" and e["reason"] == "request"]
+    assert requested and requested[0]["step"] <= stops[0]["step"], events
+    at = stops[0]["step"]
+    before = [loss for step, loss in losses if step <= at]
+    after = [loss for step, loss in losses if step > at]
+    assert before and after
+    assert [s for s, _ in losses] == sorted({s for s, _ in losses}), "steps went back"
+    args = docs[-1]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert losses[-1][0] == int(args[args.index("--iterations") + 1])  # it ran to its end
+    first_loss = losses[0][1]
+    # Continuing, not starting over: the loss right after the restore is where it was before
+    # the stop, far below the untrained loss that a fresh start reports first.
+    assert abs(after[0] - before[-1]) < 0.05 * first_loss, (before[-3:], after[:3])
+    assert after[0] < 0.2 * first_loss and all(math.isfinite(x) for x in after)
+    migrated = get(cluster, "job", "-n", training, MIGRATABLE)["metadata"].get(
+        "annotations", {}).get("specon.io/migrated")
+    assert migrated, "the Job carries no specon.io/migrated mark"
+    reasons = k("get", "events", "-n", training, "-o",
+                "jsonpath={range .items[*]}{.reason}{'\\n'}{end}").stdout.split()
+    assert {"MigrationStarted", "CheckpointVerified", "MigrationCompleted"} <= set(reasons)
+    assert replacement["spec"]["nodeName"] == second
+
+    # -- the limits the agent wrote, as the kernel holds them -------------------------------------
+    kubelet_quota = 100_000  # every example asks for a limit of one CPU
+    changed = {cid: q for cid, q in watch.seen.items() if q - {kubelet_quota}}
+    assert changed, f"no training container's quota ever differed from the kubelet's: {watch.seen}"
+
+    # -- a late job, raised by the agent on arrival; then uninstall ------------------------------
+    k("apply", "-n", training, "-f", "-", input=yaml.safe_dump(renamed(filler, "quadratic-late")))
+
+    def late_raised() -> str | None:
+        for p in pods(cluster, training, "-l", "job-name=quadratic-late"):
+            cid = running_container_id(p)
+            if cid and watch.cg.quota(watch.cg.path(cid)) != kubelet_quota:
+                return cid
+        return None
+
+    wait_for("the agent to change the late job's limit", late_raised, timeout=180, every=1,
+             diagnose=status)
+    save_logs(cluster)
+    helm(cluster, home, "uninstall", RELEASE, "--namespace", SYSTEM, "--wait", "--timeout", "3m")
+    wait_for("the agents to be gone", lambda: not [
+        p for p in pods(cluster, SYSTEM) if p["metadata"]["labels"].get(
+            "app.kubernetes.io/component") == "agent"], timeout=120)
+    left = [p for p in pods(cluster, training) if running_container_id(p)]
+    assert left, "no training container left running to check"
+    for p in left:
+        path = watch.cg.path(running_container_id(p) or "")
+        assert watch.cg.quota(path) == kubelet_quota, p["metadata"]["name"]
+        assert watch.cg.quota(path.parent) == kubelet_quota, p["metadata"]["name"]
+
+    k("delete", "namespace", training, "--wait=false")
