@@ -149,13 +149,15 @@ class CgroupTree:
                     with contextlib.suppress(OSError):
                         (parent / "cgroup.subtree_control").write_text(f"+{c}")
             (root / self.name / node).mkdir(exist_ok=True)
+            (root / self.name / node / "kubepods").mkdir(exist_ok=True)
             runtime = root / self.name / f"{node}-runtime"
             runtime.mkdir(exist_ok=True)
             return f"/{self.name}/{node}", runtime / "cgroup.procs"
         for ctrl, mount in h.items():
             if ctrl == "":
                 continue  # the hybrid host's empty v2 mount: runc manages it itself
-            for d in (mount / self.name, mount / self.name / node):
+            for d in (mount / self.name, mount / self.name / node,
+                      mount / self.name / node / "kubepods"):
                 d.mkdir(exist_ok=True)
                 if "cpuset" in ctrl.split(","):
                     for f in ("cpuset.cpus", "cpuset.mems"):
@@ -165,6 +167,21 @@ class CgroupTree:
         runtime = pids / self.name / f"{node}-runtime"
         runtime.mkdir(exist_ok=True)
         return f"/{self.name}/{node}", runtime / "cgroup.procs"
+
+    def kubepods_binds(self, node: str) -> list[tuple[Path, Path]]:
+        """What makes ``node`` look like a machine of its own to the chart's DaemonSet: in the
+        node's mount namespace, its kubelet's pods subtree (``/name/node/kubepods``) is bound at
+        the canonical ``<hierarchy>/kubepods`` of each hierarchy the agent mounts (those with
+        ``cpu`` or ``cpuacct``, or the v2 mount), where a cgroupfs-driver kubelet on a real host
+        keeps it: one ``agent.cgroup.kubepodsPath`` (``kubepods``, docs/user-guide.md) then
+        serves both nodes. The mount points are empty cgroups on the host, left in place (a
+        concurrent session's node may be bound on them)."""
+        out = []
+        for ctrl, mount in hierarchies().items():
+            wanted = ({"cpu", "cpuacct"} & set(ctrl.split(","))) if ctrl else v2_only()
+            if wanted:
+                out.append((mount / self.name / node / "kubepods", mount / "kubepods"))
+        return out
 
     def pids(self) -> set[int]:
         out: set[int] = set()
@@ -521,7 +538,7 @@ class RealNode:
         run("unshare", f"--mount={self.mntns}", "--propagation", "private", "true")
         self.net.note_mount_namespace(self.mntns)
         binds = [(self.workdir / "run-containerd", Path("/run/containerd")),
-                 (self.pod_log_dir, Path("/var/log/pods"))]
+                 (self.pod_log_dir, Path("/var/log/pods")), *tree.kubepods_binds(self.name)]
         for key, value in KUBELET_SYSCTLS.items():
             proc = Path("/proc/sys") / key
             if proc.read_text().strip() != str(value):

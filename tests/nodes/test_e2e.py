@@ -50,15 +50,19 @@ def install_args(images: dict[str, str]) -> list[str]:
         "--set", f"manager.image.repository={REGISTRY}/specon/manager",
         "--set", f"agent.image.repository={REGISTRY}/specon/agent",
         "--set", "agent.actuator=cgroup", "--set", f"sharedVolume.storageClass={STORAGE_CLASS}",
+        "--set", "manager.trainingNamespaces={training}",
     ]
     # ... the scheduler's image from the same registry (the guide's default is upstream's) ...
     scheduler_repo = images["scheduler"].rsplit(":", 1)[0]
     # ... this host's cgroup v1 layout (the guide's table: cpu,cpuacct on most v1 hosts; here
-    # cpu and cpuacct are mounted apart), and intervals short enough for a test.
+    # cpu and cpuacct are mounted apart), the kubelet's cgroupfs driver (its pods' subtree is
+    # `kubepods`, as the guide says; tests/nodelib.py shows each node its own there), and
+    # intervals short enough for a test.
     cg = Cgroups()
     sub = "" if cg.version == 2 else cg.root.name
     return [*guide, "--set", f"scheduler.image.repository={scheduler_repo}",
             "--set-string", f"agent.cgroup.cpuSubPath={sub}",
+            "--set", "agent.cgroup.kubepodsPath=kubepods",
             "--set", "algorithm.intervalSeconds=10", "--set", "manager.heartbeat.intervalSeconds=2",
             "--wait", "--timeout", "6m"]
 
