@@ -74,6 +74,15 @@ class Reallocator(Protocol):
     def ready(self) -> bool: ...
 
 
+class LoopHealth(Protocol):
+    """What /healthz and /readyz read from the background loop (specon_manager.service):
+    why it is not alive, why this replica should get no traffic (None: fine)."""
+
+    def health(self) -> str | None: ...
+
+    def readiness(self) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A handler's answer: status, JSON body, extra headers."""
@@ -442,6 +451,7 @@ def create_app(
     qos: QosBook | None = None,
     pod_on_node: PodOnNode | None = None,
     hot_routes: bool = True,
+    loop: LoopHealth | None = None,
 ) -> FastAPI:
     """The API over ``state``. ``node_exists(name)`` (None: cannot tell) refuses heartbeats for
     nodes the cluster does not have; ``pod_on_node`` (None: no pod cache) drops reported jobs
@@ -562,13 +572,20 @@ def create_app(
             return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", tags=["operations"], response_class=PlainTextResponse)
-    def healthz() -> str:
-        return "ok"
+    def healthz() -> PlainTextResponse:
+        why = loop.health() if loop is not None else None
+        if why is not None:
+            return PlainTextResponse(why, status_code=503)
+        return PlainTextResponse("ok")
 
     @app.get("/readyz", tags=["operations"], response_class=PlainTextResponse)
     def readyz() -> PlainTextResponse:
+        why = loop.readiness() if loop is not None else None
+        if why is not None:
+            return PlainTextResponse(why, status_code=503)
         if controller is not None and not controller.ready():
-            return PlainTextResponse("restoring migrations in flight", status_code=503)
+            return PlainTextResponse("not the leader, or restoring migrations in flight",
+                                     status_code=503)
         return PlainTextResponse("ok")
 
     app.add_middleware(BodyLimit, agent_limit=settings.max_agent_body_bytes,

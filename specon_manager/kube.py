@@ -7,10 +7,12 @@ the pod's service account."""
 from __future__ import annotations
 
 import base64
+import copy
 import os
 import ssl
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import yaml
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TRANSPORT = 0  # KubeError.status of a request that got no usable HTTP answer
+FENCED = 1  # KubeError.status of a write refused here: this replica no longer holds the Lease
 
 
 class KubeError(Exception):
@@ -53,6 +56,16 @@ class Kube:
         self.server = server.rstrip("/")
         self._http = httpx.Client(base_url=self.server, verify=ctx, headers=headers,
                                   timeout=timeout)
+        #: Called before every write (POST, PUT, PATCH, DELETE); raises to refuse it.
+        self.fence: Callable[[], None] | None = None
+
+    def fenced(self, fence: Callable[[], None]) -> Kube:
+        """This client (the same connection pool) with every write first passed through
+        ``fence``, which raises :class:`KubeError` (status :data:`FENCED`) to refuse it: the
+        migration controller's writes, each checked against the leader Lease."""
+        out = copy.copy(self)
+        out.fence = fence
+        return out
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -87,6 +100,8 @@ class Kube:
     def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None,
               params: dict[str, str] | None = None) -> Any:
         headers = {"Content-Type": content_type} if content_type else {}
+        if method != "GET" and self.fence is not None:
+            self.fence()
         try:
             resp = self._http.request(method, path, json=body, headers=headers, params=params)
         except httpx.HTTPError as exc:  # ConnectError, timeouts, protocol errors, ...

@@ -1,6 +1,12 @@
 """Leader election on a coordination.k8s.io/v1 Lease, as client-go does it: the holder renews
 ``renewTime``; another replica takes over once the record has not changed for a whole lease
-duration by its own clock (never by comparing clocks across machines)."""
+duration by its own clock (never by comparing clocks across machines).
+
+The holder counts itself the leader only until its **renew deadline** (shorter than the lease
+duration) has passed since the start of its last successful renewal: :meth:`holds`. So a
+replica that cannot renew (API server away, a network partition, its process paused) stops
+acting before another can take the Lease, and :meth:`check` fences each of the controller's
+writes with the same rule (specon_manager.kube.Kube.fenced)."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from specon_manager.kube import Kube, KubeError
+from specon_manager.kube import FENCED, Kube, KubeError
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +27,8 @@ def _micro_time(t: float) -> str:
 
 class LeaseElector:
     def __init__(self, kube: Kube, namespace: str, name: str, identity: str,
-                 duration_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 duration_s: float, clock: Callable[[], float] = time.monotonic,
+                 renew_deadline_s: float | None = None) -> None:
         self.kube = kube
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
         self.namespace = namespace
@@ -29,8 +36,29 @@ class LeaseElector:
         self.identity = identity
         self.duration_s = duration_s
         self.clock = clock
+        #: How long after the start of its last successful renewal this replica may act.
+        self.renew_deadline_s = renew_deadline_s if renew_deadline_s is not None else (
+            duration_s * 2 / 3)
+        if not 0 < self.renew_deadline_s < duration_s:
+            raise ValueError(f"renew deadline {self.renew_deadline_s} s must be above 0 and "
+                             f"below the lease duration {duration_s} s")
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._renewed_at: float | None = None  # clock() at the start of the last renewal
+
+    def holds(self) -> bool:
+        """True while the last successful acquire or renewal began less than the renew
+        deadline ago: within that time no other replica can have taken the Lease."""
+        at = self._renewed_at
+        return at is not None and self.clock() - at < self.renew_deadline_s
+
+    def check(self) -> None:
+        """Raise KubeError(FENCED) unless :meth:`holds`: the fence of every controller write."""
+        if not self.holds():
+            raise KubeError(FENCED, "Fenced",
+                            f"this replica ({self.identity}) has not renewed the Lease "
+                            f"{self.namespace}/{self.name} within its renew deadline "
+                            f"({self.renew_deadline_s:g} s): it may no longer write")
 
     def _spec(self, transitions: int) -> dict[str, Any]:
         now = _micro_time(time.time())
@@ -38,7 +66,15 @@ class LeaseElector:
                 "acquireTime": now, "renewTime": now, "leaseTransitions": transitions}
 
     def try_acquire_or_renew(self) -> bool:
-        """True when this replica holds the Lease after the call."""
+        """True when this replica holds the Lease after the call (and :meth:`holds` for the
+        renew deadline from the start of the call); False when another replica holds it. An
+        error leaves the last renewal as it was: :meth:`holds` runs out by itself."""
+        started = self.clock()
+        held = self._try()
+        self._renewed_at = started if held else None
+        return held
+
+    def _try(self) -> bool:
         lease = self.kube.get(self.path)
         if lease is None:
             try:
@@ -75,6 +111,7 @@ class LeaseElector:
         return True
 
     def release(self) -> None:
+        self._renewed_at = None
         lease = self.kube.get(self.path)
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
             return

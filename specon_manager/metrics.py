@@ -92,3 +92,12 @@ class ManagerMetrics:
         self.reconcile_errors = Counter(
             "specon_reconcile_errors_total", "Errors while reconciling migrations.",
             registry=r)
+        self.loop_errors = Counter(
+            "specon_controller_loop_errors_total",
+            "Controller loop passes that failed, by kind (kubernetes: the API server refused "
+            "or did not answer; bug: anything else, logged with its traceback).", ["kind"],
+            registry=r)
+        self.fenced_writes = Counter(
+            "specon_fenced_writes_total",
+            "Controller writes refused before they were sent: this replica had not renewed "
+            "the leader Lease within its renew deadline.", registry=r)

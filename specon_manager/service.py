@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -52,37 +53,60 @@ class NodeCache:
 
 
 class Service:
-    """The background loop: leader election, restore, reconcile, rebalance, node cache."""
+    """The background loop: leader election, restore, reconcile, rebalance, node cache.
+
+    The loop is supervised: no error ends it. A pass that fails (the API server away, a bug) is
+    logged and counted (``specon_controller_loop_errors_total{kind}``) and the next one waits
+    longer, doubling up to ``loop_backoff_max_s``. :meth:`health` (``/healthz``) and
+    :meth:`readiness` (``/readyz``) follow the loop itself, not the HTTP thread: unhealthy
+    when it is dead or has not turned for ``loop_stall_s``, unready when no pass has succeeded
+    for ``loop_stale_s`` (by default two loop periods: within one period of the first pass it
+    misses). A leader that cannot renew its Lease within the renew deadline stops acting, and
+    every write of the controller and rebalancer is fenced by the same deadline."""
 
     def __init__(self, settings: ManagerSettings, state: ClusterState, metrics: ManagerMetrics,
-                 kube: Kube | None) -> None:
+                 kube: Kube | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.state = state
         self.metrics = metrics
         self.kube = kube
+        self.clock = clock
         self.controller: MigrationController | None = None
         self.rebalancer: Rebalancer | None = None
         self.elector: LeaseElector | None = None
         self.nodes: NodeCache | None = None
         if kube is not None:
             self.nodes = NodeCache(kube)
-            if settings.migration:
-                self.controller = MigrationController(kube, state, settings, metrics)
-                if settings.fault_exit_after_phase:
-                    self.controller.after_phase = _fault_exit(settings.fault_exit_after_phase)
-                if settings.rebalance:
-                    self.rebalancer = Rebalancer(kube, state, self.controller, settings, metrics)
+            writer = kube
             if settings.leader_election:
                 identity = settings.identity or os.environ.get("POD_NAME") or (
                     f"{socket.gethostname()}-{os.getpid()}")
                 self.elector = LeaseElector(kube, settings.lease_namespace, settings.lease_name,
-                                            identity, settings.lease_duration_s)
+                                            identity, settings.lease_duration_s,
+                                            renew_deadline_s=settings.lease_renew_deadline_s)
+                writer = kube.fenced(self._fence)
+            if settings.migration:
+                self.controller = MigrationController(writer, state, settings, metrics)
+                if settings.fault_exit_after_phase:
+                    self.controller.after_phase = _fault_exit(settings.fault_exit_after_phase)
+                if settings.rebalance:
+                    self.rebalancer = Rebalancer(writer, state, self.controller, settings,
+                                                 metrics)
+        self.period = min(settings.reconcile_period_s,
+                          settings.renew_period_s if self.elector else 1e9)
+        self.stale_s = settings.loop_stale_s or 2 * self.period
+        self.leading = False
+        self.failures = 0  # passes failed in a row
+        self.started_at: float | None = None
+        self.last_pass: float | None = None  # clock() when the last pass succeeded
+        self.last_turn: float | None = None  # clock() when the last pass ended, either way
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         if self.kube is None:
             return
+        self.started_at = self.clock()
         self._thread = threading.Thread(target=self._run, name="specon-controller", daemon=True)
         self._thread.start()
 
@@ -96,45 +120,104 @@ class Service:
             except (KubeError, OSError) as exc:
                 log.warning("lease not released: %s", exc)
 
-    def _leads(self) -> bool:
-        if self.elector is None:
-            return True
-        try:
-            return self.elector.try_acquire_or_renew()
-        except (KubeError, OSError) as exc:
-            log.warning("leader election: %s", exc)
-            return False
+    # -- health -----------------------------------------------------------------------------
+    def health(self) -> str | None:
+        """Why the loop is not alive (None: it is, or this manager runs none)."""
+        if self._thread is None or self.started_at is None:
+            return None
+        if not self._thread.is_alive():
+            return "the controller loop is not running"
+        since = self.clock() - (self.last_turn or self.started_at)
+        if since > self.settings.loop_stall_s:
+            return f"the controller loop has not turned for {since:.0f} s"
+        return None
 
+    def readiness(self) -> str | None:
+        """Why this replica should get no traffic (None: ready). Alive, a pass succeeded within
+        ``stale_s``, and (checked by the caller) the controller restored and leading."""
+        why = self.health()
+        if why is not None or self._thread is None:
+            return why
+        if self.last_pass is None:
+            return "the controller loop has not completed a pass yet"
+        since = self.clock() - self.last_pass
+        if since > self.stale_s:
+            return (f"the controller loop's last successful pass was {since:.1f} s ago "
+                    f"({self.failures} failed since)")
+        return None
+
+    # -- leadership -------------------------------------------------------------------------
+    def _fence(self) -> None:
+        assert self.elector is not None
+        try:
+            self.elector.check()
+        except KubeError:
+            self.metrics.fenced_writes.inc()
+            raise
+
+    def _set_leading(self, leading: bool, why: str = "") -> None:
+        was = self.leading
+        if leading and not was and self.controller is not None:
+            # Before acting: the migrations in flight from their records. If this fails the
+            # replica is not leading yet, and the next pass tries again.
+            self.controller.restore()
+        self.leading = leading
+        if self.controller is not None:
+            self.controller.leader = leading
+        self.metrics.leader.set(1 if leading else 0)
+        if leading != was:
+            log.info("leader: %s%s", "acquired" if leading else "lost", why)
+
+    # -- the loop ---------------------------------------------------------------------------
     def _run(self) -> None:
         s = self.settings
-        period = min(s.reconcile_period_s, s.renew_period_s if self.elector else 1e9)
-        last_nodes = last_rebalance = last_renew = 0.0
-        leading = False
+        due = {"nodes": 0.0, "rebalance": 0.0, "renew": 0.0}
         while not self._stop.is_set():
-            now = time.monotonic()
             try:
-                if self.nodes is not None and now - last_nodes > 30:
-                    self.nodes.refresh()
-                    last_nodes = now
-                if self.elector is None or now - last_renew >= s.renew_period_s or not leading:
-                    was, leading = leading, self._leads()
-                    last_renew = now
-                    self.metrics.leader.set(1 if leading else 0)
-                    if leading != was:
-                        log.info("leader: %s", "acquired" if leading else "lost")
-                    if self.controller is not None:
-                        self.controller.leader = leading
-                        if leading and not was:
-                            self.controller.restore()
-                if leading and self.controller is not None:
-                    self.controller.reconcile()
-                if (leading and self.rebalancer is not None
-                        and now - last_rebalance >= s.rebalance_period_s):
-                    last_rebalance = now
-                    self.rebalancer.run_once()
-            except (KubeError, OSError) as exc:
-                log.warning("controller loop: %s", exc)
-            self._stop.wait(period)
+                self._pass(due)
+            except Exception as exc:  # supervised: nothing ends the loop
+                self.failures += 1
+                kind = "kubernetes" if isinstance(exc, KubeError | OSError) else "bug"
+                self.metrics.loop_errors.labels(kind).inc()
+                if kind == "bug":
+                    log.exception("controller loop: pass failed")
+                else:
+                    log.warning("controller loop: %s", exc)
+                delay = min(self.period * 2 ** min(self.failures, 16), s.loop_backoff_max_s)
+            else:
+                self.failures = 0
+                self.last_pass = self.clock()
+                delay = self.period
+            self.last_turn = self.clock()
+            self._stop.wait(delay)
+
+    def _pass(self, due: dict[str, float]) -> None:
+        s = self.settings
+        now = self.clock()
+        if self.nodes is not None and now - due["nodes"] > 30:
+            self.nodes.refresh()
+            due["nodes"] = now
+        if self.elector is None:
+            if not self.leading:
+                self._set_leading(True)
+        elif now - due["renew"] >= s.renew_period_s or not self.leading:
+            due["renew"] = now
+            try:
+                got = self.elector.try_acquire_or_renew()
+            except (KubeError, OSError):
+                # Not renewed: still the leader until the renew deadline runs out.
+                if self.leading and not self.elector.holds():
+                    self._set_leading(False, " (not renewed within the renew deadline)")
+                raise
+            self._set_leading(got)
+        elif self.leading and not self.elector.holds():
+            self._set_leading(False, " (not renewed within the renew deadline)")
+        if self.leading and self.controller is not None:
+            self.controller.reconcile()
+        if (self.leading and self.rebalancer is not None
+                and now - due["rebalance"] >= s.rebalance_period_s):
+            due["rebalance"] = now
+            self.rebalancer.run_once()
 
 
 def _fault_exit(phase: str) -> Any:
@@ -206,7 +289,7 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
             max_entries=settings.agent_auth_cache_entries)
     app = create_app(settings, state=state, auth=auth, controller=service.controller,
                      node_exists=node_exists, metrics=metrics, qos=qos,
-                     pod_on_node=pods.on_node if pods is not None else None)
+                     pod_on_node=pods.on_node if pods is not None else None, loop=service)
     app.state.events = poster
     app.state.service = service
     return app, service

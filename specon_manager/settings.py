@@ -132,6 +132,20 @@ class ManagerSettings(BaseSettings):
     identity: str = ""
     lease_duration_s: Positive = 15.0
     renew_period_s: Positive = 5.0
+    #: A leader that has not renewed the Lease within this long (from the start of its last
+    #: successful renewal) stops acting and its writes are refused; below lease_duration_s,
+    #: so it stops before another replica can take over. Unset: two thirds of it.
+    renew_deadline_s: float | None = Field(default=None, gt=0)
+
+    # -- the controller loop's supervision and health --------------------------------------------
+    #: /readyz answers 503 when no pass of the controller loop has succeeded for this long
+    #: (0: twice the loop's period, min(reconcile_period_s, renew_period_s)).
+    loop_stale_s: float = Field(default=0.0, ge=0)
+    #: /healthz answers 503 when the loop has not turned at all (succeeded or failed) for this
+    #: long, or its thread is gone: the kubelet then restarts the manager.
+    loop_stall_s: Positive = 120.0
+    #: After failed passes the loop waits its period doubled per failure, at most this long.
+    loop_backoff_max_s: Positive = 10.0
 
     # -- fault injection (tests only) ---------------------------------------------------------
     #: Exit the process at once (status 137, like SIGKILL) right after a migration records
@@ -164,6 +178,21 @@ class ManagerSettings(BaseSettings):
         if self.extender_port and self.extender_port == self.port:
             raise ValueError("extender_port must differ from port")
         return self
+
+    @model_validator(mode="after")
+    def _lease_consistent(self) -> ManagerSettings:
+        if self.leader_election and not (
+                self.renew_period_s < self.lease_renew_deadline_s < self.lease_duration_s):
+            raise ValueError(
+                f"leader election needs renew_period_s < renew_deadline_s < lease_duration_s "
+                f"(now {self.renew_period_s:g} < {self.lease_renew_deadline_s:g} < "
+                f"{self.lease_duration_s:g})")
+        return self
+
+    @property
+    def lease_renew_deadline_s(self) -> float:
+        return (self.renew_deadline_s if self.renew_deadline_s is not None
+                else self.lease_duration_s * 2 / 3)
 
     @model_validator(mode="after")
     def _auth_consistent(self) -> ManagerSettings:
