@@ -14,9 +14,11 @@ import ssl
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .actuators import Actuator, ActuatorError, create
+from .actuators.ledger import Ledger
 from .agent import Agent, LoopConfig
 from .cpu import CpuMeter
 from .discovery import DockerDiscovery, KubeDiscovery
@@ -109,12 +111,29 @@ def _kube_api(settings: AgentSettings) -> Any:
     return client.CoreV1Api(api_client)
 
 
+def _restore_recorded(actuator: Actuator, path: Path) -> None:
+    """Keep the originals in ``path`` and first put back every limit an earlier run of the
+    agent recorded there (it was killed before it could): the agent then starts from the
+    owners' limits, never from its own (docs/agent.md, "Limits that survive the agent")."""
+    ledger = Ledger.open(path)
+    actuator.attach_ledger(ledger)
+    recorded = len(ledger.entries)
+    if recorded:
+        failed = actuator.restore_all()
+        for cid, exc in failed.items():
+            log.warning("could not restore the recorded limit of %s: %s", cid[:12], exc)
+        log.info("restored %d of %d limits an earlier run recorded in %s", recorded - len(failed),
+                 recorded, path)
+
+
 def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple[Agent, Any]:
     """The agent and its discovery, as the settings say (nothing started yet)."""
     metrics = metrics or AgentMetrics()
     needs_docker = settings.mode == "standalone" or settings.actuator == "docker"
     client = _docker_client(settings) if needs_docker else None
     actuator = _actuator(settings, client)
+    if settings.originals_file is not None:
+        _restore_recorded(actuator, settings.originals_file)
     meter = CpuMeter(settings.cgroup_root, client)
 
     def count(reason: str) -> None:

@@ -77,6 +77,9 @@ class AgentSettings(BaseSettings):
     min_step: float = Field(
         0.05, ge=0, lt=1, description="skip limit writes smaller than this fraction")
     restore_on_exit: bool = Field(True, description="put back the original limits on shutdown")
+    originals_file: Path | None = Field(
+        None, description="file on the node keeping each container's limit from before the "
+        "agent's first change, so that a restarted agent restores it (default: memory only)")
 
     label: str = Field(
         LABEL_TRAINING,

@@ -15,6 +15,10 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +113,31 @@ class Actuator(ABC):
         self.node_cpus = node_cpus
         self.period_us = period_us
         self.min_step = min_step
-        # The limit each container had before this actuator first changed it.
+        # The limit each container had before this actuator first changed it, and where the
+        # API has it (register); kept on disk too when a ledger is attached.
         self._original: dict[str, CpuLimit] = {}
+        self._located: dict[str, tuple[str, str, str]] = {}
+        self._ledger: Ledger | None = None
+
+    def attach_ledger(self, ledger: Ledger) -> None:
+        """Keep the originals in ``ledger`` from now on, and take the ones it holds (written by
+        an earlier run of the agent) as this actuator's: :meth:`restore_all` puts them back."""
+        self._ledger = ledger
+        for cid, entry in ledger.entries.items():
+            self._original.setdefault(cid, entry.original)
+            if entry.where is not None:
+                self.register(cid, *entry.where)
+
+    def _record(self, container_id: str, original: CpuLimit | None) -> None:
+        """Set (None: drop) the original of a container, on disk first when a ledger is kept."""
+        if original is None:
+            self._original.pop(container_id, None)
+            if self._ledger is not None:
+                self._ledger.drop(container_id)
+            return
+        if self._ledger is not None:
+            self._ledger.put(container_id, original, self._located.get(container_id))
+        self._original[container_id] = original
 
     @abstractmethod
     def read(self, container_id: str) -> CpuLimit:
@@ -180,8 +207,16 @@ class Actuator(ABC):
             before = self.read(container_id)
         if before.same_as(after) or (not exact and self._too_small(before, after)):
             return None
-        self._write(container_id, before, after)
-        self._original.setdefault(container_id, before)
+        fresh = container_id not in self._original
+        if fresh:
+            # Recorded before the write: a crash right after it still knows the owner's limit.
+            self._record(container_id, before)
+        try:
+            self._write(container_id, before, after)
+        except ActuatorError:
+            if fresh:
+                self._record(container_id, None)
+            raise
         log.info(
             "%s cpu limit %s: %s -> %s", self.name, short_id(container_id), before, after
         )
@@ -198,7 +233,7 @@ class Actuator(ABC):
         if original is None:
             return None
         change = self._set(container_id, original, exact=True)
-        self._original.pop(container_id, None)
+        self._record(container_id, None)
         return change
 
     def restore_all(self) -> dict[str, ActuatorError]:
@@ -209,18 +244,20 @@ class Actuator(ABC):
             try:
                 self.restore(cid)
             except ContainerGone:
-                self._original.pop(cid, None)
+                self._record(cid, None)
             except ActuatorError as exc:
                 failed[cid] = exc
         return failed
 
     def register(self, container_id: str, namespace: str, pod: str, container: str) -> None:
-        """Where a container lives in the API (only the resize actuator needs it)."""
-        return None
+        """Where a container lives in the API (the resize actuator needs it; kept with the
+        original so that a restarted agent can find the container again)."""
+        self._located[container_id] = (namespace, pod, container)
 
     def forget(self, container_id: str) -> None:
         """The container has ended: nothing to restore for it."""
-        self._original.pop(container_id, None)
+        self._record(container_id, None)
+        self._located.pop(container_id, None)
 
     @property
     def changed(self) -> frozenset[str]:

@@ -70,6 +70,7 @@ class ResizeActuator(Actuator):
         self.unsupported: str | None = None
 
     def register(self, container_id: str, namespace: str, pod: str, container: str) -> None:
+        super().register(container_id, namespace, pod, container)
         self._where[container_id] = PodContainer(namespace, pod, container)
 
     def forget(self, container_id: str) -> None:

@@ -86,12 +86,15 @@ def host_access(objs: list[dict[str, Any]]) -> dict[str, bool]:
     return {paths[m["name"]]: bool(m.get("readOnly")) for m in mounts if m["name"] in paths}
 
 
+# Every actuator: the logs read-only, and its own state folder (the owners' original limits).
+STATE = {"/var/log/pods": True, "/var/lib/specon-agent": False}
+
+
 @pytest.mark.parametrize(("actuator", "expected"), [
-    ("docker", {"/var/log/pods": True, "/var/lib/docker/containers": True,
-                "/var/run/docker.sock": False}),
+    ("docker", {**STATE, "/var/lib/docker/containers": True, "/var/run/docker.sock": False}),
     # the pods' cgroup subtree only, never the host's whole cgroup tree
-    ("cgroup", {"/var/log/pods": True, "/sys/fs/cgroup/kubepods.slice": False}),
-    ("resize", {"/var/log/pods": True}),
+    ("cgroup", {**STATE, "/sys/fs/cgroup/kubepods.slice": False}),
+    ("resize", STATE),
 ])
 def test_agent_gets_exactly_its_actuators_host_access(
         plane_bin: Path, home: Path, actuator: str, expected: dict[str, bool]) -> None:
@@ -114,16 +117,19 @@ def test_agent_gets_exactly_its_actuators_host_access(
         objs = docs(render(plane_bin, home, {"agent.actuator": "cgroup",
                                              "agent.cgroup.cpuSubPath": "cpu\\,cpuacct",
                                              "agent.cgroup.kubepodsPath": "kubepods"}))
-        assert host_access(objs) == {"/var/log/pods": True,
-                                     "/sys/fs/cgroup/cpu,cpuacct/kubepods": False}
+        assert host_access(objs) == {**STATE, "/sys/fs/cgroup/cpu,cpuacct/kubepods": False}
         env = env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])
         assert env["SPECON_AGENT_CGROUP_ROOT"] == "/host/cgroup/cpu,cpuacct/kubepods"
         objs = docs(render(plane_bin, home, {"agent.actuator": "cgroup",
                                              "agent.cgroup.cpuSubPath": "cpu",
                                              "agent.cgroup.kubepodsPath": "kubepods"}))
-        assert host_access(objs) == {"/var/log/pods": True,
-                                     "/sys/fs/cgroup/cpu/kubepods": False,
+        assert host_access(objs) == {**STATE, "/sys/fs/cgroup/cpu/kubepods": False,
                                      "/sys/fs/cgroup/cpuacct/kubepods": True}
+        assert env["SPECON_AGENT_ORIGINALS_FILE"] == "/var/lib/specon-agent/originals.json"
+        objs = docs(render(plane_bin, home, {"agent.stateHostPath": ""}))
+        assert "/var/lib/specon-agent" not in host_access(objs)
+        assert "SPECON_AGENT_ORIGINALS_FILE" not in env_of(
+            pod_spec(one(objs, "DaemonSet"))["containers"][0])
 
 
 def test_second_scheduler_calls_the_managers_extender(plane_bin: Path, home: Path) -> None:

@@ -6,6 +6,7 @@ and does not crash. (A manager answering 500 or hanging: tests/agent/test_manage
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -16,7 +17,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from agentlib import agent_process, quota, unique_label, wait_for
+from agentlib import AgentProcess, agent_process, quota, unique_label, wait_for
 from docker.models.containers import Container
 from dockerlib import LABEL
 
@@ -274,3 +275,42 @@ def test_the_engine_going_away_and_back_is_survived_and_missed_changes_caught_up
         assert "Traceback" not in agent.log()
     finally:
         relay.cut()
+
+
+def test_after_kill_9_the_next_agent_restores_the_owners_limits(
+    engine: docker.DockerClient, base_image: str, tmp_path: Path
+) -> None:
+    """Issue 15's failure, on the real engine: the agent changes a container's limit, is killed
+    with SIGKILL (nothing of it runs after), and a new agent starts. With the originals file it
+    first puts back the owner's 0.5 core, and a clean stop leaves the owner's limit; before, the
+    new agent took the first one's limit for the owner's and left it there."""
+    label = unique_label()
+    originals = tmp_path / "state" / "originals.json"
+    args = ["--label", label, "--poll-s", "0.5", "--interval-s", "5",
+            "--originals-file", str(originals)]
+    owner = 50_000  # run_py's containers: 0.5 core, as their owner set it
+    with containers(engine) as made:
+        a = AgentProcess(args, tmp_path / "first.log")
+        try:
+            job = run_py(engine, base_image, label, STEADY)
+            made.append(job)
+            wait_for("the first agent to change the limit", lambda: quota(job) != owner, 60,
+                     a.log)
+            changed = quota(job)
+            recorded = json.loads(originals.read_text())["originals"]
+            assert {c[:12]: r["quota_us"] for c, r in recorded.items()} == {job.id[:12]: owner}
+            a.proc.kill()  # SIGKILL: no restore, no clean-up
+            a.proc.wait(30)
+        finally:
+            a.stop()  # (already dead: closes its log)
+        assert quota(job) == changed  # the kernel still holds the killed agent's limit
+        with agent_process(args, tmp_path / "second.log") as b:
+            wait_for("the second agent to restore the recorded limit",
+                     lambda: "limits an earlier run recorded" in b.log(), 60, b.log)
+            assert "restored 1 of 1 limits" in b.log()
+            # it then manages the job again from the owner's limit
+            wait_for("the second agent to follow the job", lambda: b.sample(
+                "specon_agent_job_cpu_limit_cores", namespace="docker", pod=job.name,
+                container="main") is not None, 60, b.log)
+        assert quota(job) == owner  # the clean stop left the owner's limit
+        assert json.loads(originals.read_text())["originals"] == {}
