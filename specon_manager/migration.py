@@ -114,14 +114,38 @@ def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str
             return f"the pod is owned by a {ref.get('kind')}, which the manager cannot rely on"
         if job is None:
             return "the pod's Job is gone"
-        if (job.get("spec") or {}).get("podReplacementPolicy") != "Failed":
+        spec = job.get("spec") or {}
+        if spec.get("podReplacementPolicy") != "Failed":
             return ("its Job does not set podReplacementPolicy: Failed (a replacement could "
                     "start while the pod terminates)")
+        if not ignores_disruption(spec.get("podFailurePolicy")):
+            # The evicted pod ends Failed; without a rule ignoring DisruptionTarget it counts
+            # against backoffLimit, and past it the Job fails with its job (issue 15).
+            limit = spec.get("backoffLimit", 6)
+            failed = (job.get("status") or {}).get("failed") or 0
+            if not isinstance(limit, int) or not isinstance(failed, int) or failed + 1 > limit:
+                return (f"the eviction would fail its Job (backoffLimit {limit}, {failed} failed "
+                        "so far, and no podFailurePolicy rule ignores DisruptionTarget)")
         holder = job
     marker = A_REBALANCED if reason == "rebalance" else A_MIGRATED
     if annotations_of(holder).get(marker):
         return "the job was already " + ("rebalanced" if reason == "rebalance" else "migrated")
     return None
+
+
+def ignores_disruption(policy: Any) -> bool:
+    """Whether a Job's podFailurePolicy ignores pods failed by a disruption (an eviction): a
+    rule ``action: Ignore`` on the condition ``DisruptionTarget`` (status True, the default)."""
+    rules = policy.get("rules") if isinstance(policy, dict) else None
+    for rule in rules if isinstance(rules, list) else ():
+        if not isinstance(rule, dict) or rule.get("action") != "Ignore":
+            continue
+        conds = rule.get("onPodConditions")
+        for cond in conds if isinstance(conds, list) else ():
+            if isinstance(cond, dict) and cond.get("type") == "DisruptionTarget" and (
+                    cond.get("status", "True") == "True"):
+                return True
+    return False
 
 
 def _pin_term(node: str) -> dict[str, Any]:

@@ -425,29 +425,38 @@ def test_pods_that_did_not_opt_in_or_cannot_be_recreated_are_never_moved(
     del job["spec"]["podReplacementPolicy"]
     job["spec"]["template"]["spec"]["nodeName"] = mnodes[3]
     apply(plane, ns, job)
+    # A Job the eviction would fail: no retry left, and no rule ignoring disruptions.
+    fragile = train_job("fragile", tag)
+    fragile["spec"]["backoffLimit"] = 0
+    fragile["spec"]["template"]["spec"]["nodeName"] = mnodes[3]
+    apply(plane, ns, fragile)
 
-    def legacy_pod() -> str | None:
+    def job_pod(prefix: str) -> str | None:
         for p in api.pods(ns):
-            if p["metadata"]["name"].startswith("legacy-") and (
+            if p["metadata"]["name"].startswith(prefix + "-") and (
                     p["status"].get("phase") == "Running"):
                 name: str = p["metadata"]["name"]
                 return name
         return None
 
-    wait_for("pods running", lambda: running_on(api, ns, "no-optin") and legacy_pod())
-    legacy = legacy_pod()
-    assert legacy is not None
+    wait_for("pods running", lambda: running_on(api, ns, "no-optin") and job_pod("legacy")
+             and job_pod("fragile"))
+    legacy, fragile_pod = job_pod("legacy"), job_pod("fragile")
+    assert legacy is not None and fragile_pod is not None
     agents = agents_for(manager.url, tokens)
     crowded_source(plane, mnodes, ns, agents)
-    for pod in ("no-optin", legacy):
+    for pod in ("no-optin", legacy, fragile_pod):
         agents[mnodes[3]].jobs[pod] = {"namespace": ns, "pod": pod, "category": "CC"}
     beat_all(agents)
     r1 = agents[mnodes[3]].reallocate(ns, "no-optin")
     assert r1["decision"] == "refused" and "opt in" in r1["reason"]
     r2 = agents[mnodes[3]].reallocate(ns, legacy)
     assert r2["decision"] == "refused" and "podReplacementPolicy" in r2["reason"]
-    assert running_on(api, ns, "no-optin") == mnodes[3]
-    assert running_on(api, ns, legacy) == mnodes[3]
+    r3 = agents[mnodes[3]].reallocate(ns, fragile_pod)
+    assert r3["decision"] == "refused" and "would fail its Job" in r3["reason"], r3
+    assert "backoffLimit 0" in r3["reason"]
+    for pod in ("no-optin", legacy, fragile_pod):
+        assert running_on(api, ns, pod) == mnodes[3]
     assert "MigrationStarted" not in api.events(ns)
 
 
