@@ -1,19 +1,29 @@
 """The wire protocol between node agents and the manager (pydantic models, version 1).
 
-Every number is finite and bounded; unknown keys are refused, so a malformed heartbeat is
-rejected with a message that names the field. Limits are fractions of the node's CPUs
-(1.0 = the whole node); CPU use is in cores.
+Every number is finite and bounded, and a malformed message is rejected with a message that
+names the field. Limits are fractions of the node's CPUs (1.0 = the whole node); CPU use is
+in cores.
+
+Compatibility across a rolling upgrade (docs/upgrades.md): both sides ignore keys they do not
+know, so a newer peer's added fields are no error; a message carries ``protocol`` and each
+side accepts its own major version with any minor (``specon/v1``, ``specon/v1.N``). Within a
+major version a field is only ever added, optional, with a default that means what the old
+peer assumed; removing or renaming a field, changing its meaning or units, or adding a value
+to an enumerated field needs a new major version. ``tests/wire`` runs the previous release's
+samples against this code.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from specon.core.categorize import Category
 
-PROTOCOL: Literal["specon/v1"] = "specon/v1"
+#: What this release sends; it accepts ``specon/v1`` and ``specon/v1.<minor>``.
+PROTOCOL = "specon/v1"
+MAJOR = "specon/v1"
 MAX_JOBS_PER_HEARTBEAT = 1000
 #: The largest sequence number (int64, what Go and Prometheus can hold).
 MAX_SEQ = 2**63 - 1
@@ -32,8 +42,22 @@ QosState = Literal["none", "on-track", "at-risk", "given-up", "reached"]
 QOS_STATES: tuple[str, ...] = get_args(QosState)
 
 
+def _same_major(version: str) -> str:
+    major, dot, minor = version.partition(".")
+    if major != MAJOR or (dot and not (minor.isdigit() and len(minor) <= 4)):
+        raise ValueError(f"protocol {version[:32]!r} is not spoken here: this side speaks "
+                         f"{MAJOR} and its minor versions ({MAJOR}.N); see docs/upgrades.md "
+                         "for the order in which to upgrade the manager and the agents")
+    return version
+
+
+Protocol = Annotated[str, Field(max_length=32), AfterValidator(_same_major)]
+
+
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Unknown keys are ignored, not refused: a newer peer's added fields must not fail an older
+    # one during a rolling upgrade (the module's docstring has the rules for changes).
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class SavedCheckpoint(_Wire):
@@ -81,7 +105,7 @@ class JobReport(_Wire):
 
 
 class Heartbeat(_Wire):
-    protocol: Literal["specon/v1"] = PROTOCOL
+    protocol: Protocol = PROTOCOL
     node: Name
     time: NonNeg  # seconds since the epoch, agent clock (the manager bounds its skew)
     seq: Annotated[int, Field(ge=0, le=MAX_SEQ)]
@@ -94,7 +118,7 @@ class Heartbeat(_Wire):
 class ReallocationRequest(_Wire):
     """A node asks the manager to move a converged job (Algorithm 3's immediate request)."""
 
-    protocol: Literal["specon/v1"] = PROTOCOL
+    protocol: Protocol = PROTOCOL
     node: Name
     namespace: Name
     pod: Name

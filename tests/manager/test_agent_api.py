@@ -92,7 +92,7 @@ def test_heartbeat_for_a_node_the_cluster_does_not_have_is_refused() -> None:
     ({"jobs": [job("a", "PC", cpu_cores=-2)]}, "cpu_cores"),
     ({"jobs": [job("a", "PC", loss=float("nan"))]}, "loss"),
     ({"jobs": [job("a", "XX")]}, "category"),
-    ({"surprise": 1}, "surprise"),
+    ({"protocol": "specon/v2"}, "protocol"),  # unknown keys are ignored (test_wire_compat)
 ])
 def test_nonsense_heartbeat_values_get_a_clear_422(manager: Any, patch: dict[str, Any],
                                                    field: str) -> None:
