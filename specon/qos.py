@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-TARGET_LOSS = "specon.io/target-loss"
-DEADLINE = "specon.io/deadline"
-STOP_AT_TARGET = "specon.io/stop-at-target"
-TOTAL_STEPS = "specon.io/total-steps"
+from specon.names import ANNOTATION_DEADLINE as DEADLINE
+from specon.names import ANNOTATION_STOP_AT_TARGET as STOP_AT_TARGET
+from specon.names import ANNOTATION_TARGET_LOSS as TARGET_LOSS
+from specon.names import ANNOTATION_TOTAL_STEPS as TOTAL_STEPS
+
 #: Every annotation this module reads (the agent and the manager look for these).
 ANNOTATIONS = (TARGET_LOSS, DEADLINE, STOP_AT_TARGET, TOTAL_STEPS)
 _MAX_STEPS = 10**12

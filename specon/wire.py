@@ -19,6 +19,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from specon import names
 from specon.core.categorize import Category
 
 #: What this release sends; it accepts ``specon/v1`` and ``specon/v1.<minor>``.
@@ -29,9 +30,9 @@ MAX_JOBS_PER_HEARTBEAT = 1000
 MAX_SEQ = 2**63 - 1
 
 #: Pod label that makes a pod a training job (as does ``spec.schedulerName: specon``).
-LABEL_TRAINING = "specon.io/training"
+LABEL_TRAINING = names.LABEL_TRAINING
 #: Pod label by which a training pod opts in to migration (it honours docs/training-contract.md).
-LABEL_MIGRATABLE = "specon.io/migratable"
+LABEL_MIGRATABLE = names.LABEL_MIGRATABLE
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from specon import names
 from specon.qos import QosSpec, parse_timestamp, read
 
 from .actuators.base import bare_id
@@ -26,11 +27,11 @@ from .tail import newest_cri_log
 
 log = logging.getLogger(__name__)
 
-ANNOTATION_PROGRESS = "specon.io/progress-file"
-ANNOTATION_CHECKPOINT = "specon.io/checkpoint-dir"
-ANNOTATION_REGEX = "specon.io/loss-regex"
-ENV_PROGRESS = "SPECON_PROGRESS_FILE"
-ENV_CHECKPOINT = "SPECON_CHECKPOINT_DIR"
+ANNOTATION_PROGRESS = names.ANNOTATION_PROGRESS_FILE
+ANNOTATION_CHECKPOINT = names.ANNOTATION_CHECKPOINT_DIR
+ANNOTATION_REGEX = names.ANNOTATION_LOSS_REGEX
+ENV_PROGRESS = names.ENV_PROGRESS_FILE
+ENV_CHECKPOINT = names.ENV_CHECKPOINT_DIR
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ class DockerDiscovery(_Watcher):
             log_kind="docker-json",
             progress_path=host_path(progress, mounts) if progress else None,
             checkpoint_dir=host_path(ckpt, mounts) if ckpt else None,
-            migratable=labels.get("specon.io/migratable") == "true",
+            migratable=labels.get(names.LABEL_MIGRATABLE) == "true",
             loss_regex=labels.get(ANNOTATION_REGEX) or None,
             qos=qos, qos_error=problem, created=created,
         )
@@ -239,13 +240,7 @@ class DockerDiscovery(_Watcher):
                 out.put(Departed(bare_id(cid)))
 
 
-def _opted_in(pod: Mapping[str, Any], label: str, scheduler_name: str) -> bool:
-    meta = pod.get("metadata") or {}
-    if (meta.get("labels") or {}).get(label) == "true":
-        return True
-    if (meta.get("annotations") or {}).get(label) == "true":
-        return True
-    return bool(scheduler_name) and (pod.get("spec") or {}).get("schedulerName") == scheduler_name
+_opted_in = names.opted_in  # the rule the manager applies too
 
 
 def pod_targets(
@@ -282,7 +277,7 @@ def pod_targets(
             cid=bare_id(cid), namespace=ns, pod=name, container=cs.get("name", "main"), uid=uid,
             log_path=path, log_kind="cri", progress_path=progress, checkpoint_dir=ckpt,
             file_root=progress_root,
-            migratable=labels.get("specon.io/migratable") == "true",
+            migratable=labels.get(names.LABEL_MIGRATABLE) == "true",
             loss_regex=ann.get(ANNOTATION_REGEX) or None,
             qos=qos, qos_error=problem, created=created,
         ))

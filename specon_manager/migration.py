@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from specon import names
 from specon.core.categorize import Category
 from specon.core.qos_sched import migration_hold
 from specon.core.scoring import WorkerView, choose_host
@@ -53,12 +54,12 @@ from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, Reservat
 
 log = logging.getLogger(__name__)
 
-A_MIGRATION = "specon.io/migration"
-A_MIGRATED = "specon.io/migrated"
-A_MIGRATED_AT = "specon.io/migrated-at"
-A_REBALANCED = "specon.io/rebalanced"
-L_MIGRATING = "specon.io/migrating"
-GATE = "specon.io/migration"
+A_MIGRATION = names.ANNOTATION_MIGRATION
+A_MIGRATED = names.ANNOTATION_MIGRATED
+A_MIGRATED_AT = names.ANNOTATION_MIGRATED_AT
+A_REBALANCED = names.ANNOTATION_REBALANCED
+L_MIGRATING = names.LABEL_MIGRATING
+GATE = names.GATE_MIGRATION
 PHASES = ("reserved", "checkpointing", "evicting", "placing", "done", "cancelled")
 REASONS = ("converged", "rebalance")
 

@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from specon import names
 from specon.core.categorize import Category
 from specon.core.qos_sched import qos_priorities
 from specon.core.scoring import Weights, WorkerView, placement_priorities
 from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
-ANNOTATION_MIGRATION_ID = "specon.io/migration-id"
+ANNOTATION_MIGRATION_ID = names.ANNOTATION_MIGRATION_ID
 
 
 def pod_key(namespace: str, name: str) -> str:
@@ -50,10 +51,9 @@ def reservation_key(pod: Mapping[str, Any]) -> str:
 
 
 def is_training_pod(pod: Mapping[str, Any], scheduler_name: str) -> bool:
-    meta = pod.get("metadata") or {}
-    if (meta.get("labels") or {}).get(LABEL_TRAINING) == "true":
-        return True
-    return bool((pod.get("spec") or {}).get("schedulerName") == scheduler_name)
+    """The agent's opt-in rule (specon.names.opted_in): the training label or annotation, or
+    the SpeCon scheduler."""
+    return names.opted_in(pod, LABEL_TRAINING, scheduler_name)
 
 
 @dataclass(frozen=True, slots=True)

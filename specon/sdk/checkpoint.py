@@ -18,17 +18,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from specon import names
 from specon.sdk.progress import Reporter, default_reporter
 from specon.sdk.threads import ThreadHint
 
 #: Directory where checkpoints go (on the shared volume). Unset: checkpointing is off.
-ENV_CHECKPOINT_DIR = "SPECON_CHECKPOINT_DIR"
+ENV_CHECKPOINT_DIR = names.ENV_CHECKPOINT_DIR
 #: Optional: save every N completed steps as well (0 or unset: only on request or SIGTERM).
-ENV_CHECKPOINT_EVERY = "SPECON_CHECKPOINT_EVERY"
+ENV_CHECKPOINT_EVERY = names.ENV_CHECKPOINT_EVERY
 #: The file the agent or manager writes to ask for a checkpoint ({"id": ..., "exit": bool}).
-REQUEST_FILE = "request.json"
+REQUEST_FILE = names.REQUEST_FILE
 #: The file the job writes after each verified save (the "saved" signal).
-SAVED_FILE = "saved.json"
+SAVED_FILE = names.SAVED_FILE
 #: Exit status of a job that saved and stopped so it can be moved (128 + SIGTERM).
 EXIT_STOPPED = 143
 #: Exit status after a request with ``"done": true`` (the job is finished, e.g. its target

@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from specon import names
+
 #: Environment variable naming the JSON-lines progress file (on the shared volume).
-ENV_PROGRESS_FILE = "SPECON_PROGRESS_FILE"
+ENV_PROGRESS_FILE = names.ENV_PROGRESS_FILE
 #: Version of the record format; every record carries it under the key "specon".
 RECORD_VERSION = 1
 

@@ -18,10 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specon import names
 from specon.sdk.progress import Reporter, default_reporter
 
 #: The hint file, in the job's checkpoint directory: {"threads": N, ...} (other keys ignored).
-THREADS_FILE = "threads.json"
+THREADS_FILE = names.THREADS_FILE
 #: A hint larger than this is rejected unread.
 MAX_HINT_BYTES = 4096
 MAX_THREADS = 1024

@@ -1,0 +1,89 @@
+"""SpeCon's vocabulary, defined once: the labels and annotations it reads and writes on pods and
+Jobs, the scheduling gate, the scheduler name, and the environment variables and files of the
+training contract (docs/training-contract.md). Every other module takes its names from here,
+and ``tests/test_vocabulary.py`` checks that each ``specon.io/…`` name, ``SPECON_…`` variable
+and contract file the docs, the chart and the examples mention is one of these.
+
+The opt-in rule, shared by the agent (which pods it follows) and the manager (which pods the
+extender scores and may move): :func:`opted_in`.
+
+Standard library only: the training SDK imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+PREFIX = "specon.io/"
+
+# -- what a user puts on a training pod ------------------------------------------------------
+#: Label (or annotation) ``"true"``: the pod is a training job, followed and throttled.
+LABEL_TRAINING = "specon.io/training"
+#: Label ``"true"``: the job honours the checkpoint contract and may be migrated.
+LABEL_MIGRATABLE = "specon.io/migratable"
+#: The job's progress file and checkpoint folder, relative to the shared volume's root.
+ANNOTATION_PROGRESS_FILE = "specon.io/progress-file"
+ANNOTATION_CHECKPOINT_DIR = "specon.io/checkpoint-dir"
+#: A pattern with a ``(?P<loss>…)`` group for logs in no known format.
+ANNOTATION_LOSS_REGEX = "specon.io/loss-regex"
+#: Quality target and deadline (docs/qos.md), and the job's total steps.
+ANNOTATION_TARGET_LOSS = "specon.io/target-loss"
+ANNOTATION_DEADLINE = "specon.io/deadline"
+ANNOTATION_STOP_AT_TARGET = "specon.io/stop-at-target"
+ANNOTATION_TOTAL_STEPS = "specon.io/total-steps"
+#: The scheduler profile name a pod may select instead of the label.
+SCHEDULER_NAME = "specon"
+
+# -- what the manager writes ----------------------------------------------------------------
+#: A migration's record (JSON) on the Job or the replacement pod.
+ANNOTATION_MIGRATION = "specon.io/migration"
+#: The job was migrated (the migration id, ``stayed`` or ``cancelled``) / rebalanced.
+ANNOTATION_MIGRATED = "specon.io/migrated"
+ANNOTATION_MIGRATED_AT = "specon.io/migrated-at"
+ANNOTATION_REBALANCED = "specon.io/rebalanced"
+#: On a bare replacement pod: the migration it belongs to.
+ANNOTATION_MIGRATION_ID = "specon.io/migration-id"
+#: Label ``"true"`` while a migration of the object is in flight (what a restart lists).
+LABEL_MIGRATING = "specon.io/migrating"
+#: The scheduling gate that holds a replacement until its source is gone.
+GATE_MIGRATION = "specon.io/migration"
+
+# -- the training contract: environment and files -------------------------------------------
+#: Folder of the job's checkpoints (on the shared volume); unset: checkpointing is off.
+ENV_CHECKPOINT_DIR = "SPECON_CHECKPOINT_DIR"
+#: Also save every N completed steps (0 or unset: only on request or SIGTERM).
+ENV_CHECKPOINT_EVERY = "SPECON_CHECKPOINT_EVERY"
+#: The job's progress file (JSON lines).
+ENV_PROGRESS_FILE = "SPECON_PROGRESS_FILE"
+#: In the checkpoint folder: the request to checkpoint, the "saved" signal, the thread hint.
+REQUEST_FILE = "request.json"
+SAVED_FILE = "saved.json"
+THREADS_FILE = "threads.json"
+
+LABELS = (LABEL_TRAINING, LABEL_MIGRATABLE, LABEL_MIGRATING)
+ANNOTATIONS = (
+    ANNOTATION_PROGRESS_FILE, ANNOTATION_CHECKPOINT_DIR, ANNOTATION_LOSS_REGEX,
+    ANNOTATION_TARGET_LOSS, ANNOTATION_DEADLINE, ANNOTATION_STOP_AT_TARGET,
+    ANNOTATION_TOTAL_STEPS, ANNOTATION_MIGRATION, ANNOTATION_MIGRATED, ANNOTATION_MIGRATED_AT,
+    ANNOTATION_REBALANCED, ANNOTATION_MIGRATION_ID,
+)
+GATES = (GATE_MIGRATION,)
+ENVIRONMENT = (ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_EVERY, ENV_PROGRESS_FILE)
+FILES = (REQUEST_FILE, SAVED_FILE, THREADS_FILE)
+
+
+def opted_in(pod: Mapping[str, Any], label: str = LABEL_TRAINING,
+             scheduler_name: str = SCHEDULER_NAME) -> bool:
+    """Whether a pod (the API's JSON) is a training job SpeCon follows: ``label`` set to
+    ``"true"`` as a label or an annotation, or ``spec.schedulerName`` equal to
+    ``scheduler_name`` (empty: that way is off). Wrongly typed parts count as absent."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    for part in ("labels", "annotations"):
+        values = meta.get(part)
+        if isinstance(values, Mapping) and values.get(label) == "true":
+            return True
+    spec = pod.get("spec")
+    return bool(scheduler_name) and isinstance(spec, Mapping) and (
+        spec.get("schedulerName") == scheduler_name)
