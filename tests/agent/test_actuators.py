@@ -88,15 +88,21 @@ def test_engine_away_is_reported_as_unavailable(monkeypatch: pytest.MonkeyPatch)
 # The cgroup actuator on a real cgroup of its own, with a real busy process in it.
 
 
-@pytest.fixture
-def own_cgroup() -> Iterator[tuple[str, CgroupActuator, subprocess.Popen[bytes]]]:
-    """A cgroup named like a systemd Docker scope, holding a process that burns one core."""
+def writable_cpu_root() -> tuple[Path, int]:
+    """The cpu hierarchy and its cgroup version, or skip where this test cannot make cgroups."""
     try:
         root, version = cpu_cgroup_root()
     except ActuatorUnavailable as exc:
         pytest.skip(str(exc))
     if os.geteuid() != 0 or not os.access(root, os.W_OK):
         pytest.skip(f"cannot create cgroups under {root} (needs root)")
+    return root, version
+
+
+@pytest.fixture
+def own_cgroup() -> Iterator[tuple[str, CgroupActuator, subprocess.Popen[bytes]]]:
+    """A cgroup named like a systemd Docker scope, holding a process that burns one core."""
+    root, version = writable_cpu_root()
     cid = secrets.token_hex(32)
     parent = root / f"specon-test-{os.getpid()}"
     # On v1, CPU time is counted by cpuacct, which may be a hierarchy of its own.
@@ -187,12 +193,7 @@ def test_a_raise_above_the_pods_quota_lifts_it_and_restore_puts_it_back() -> Non
     """The kubelet's layout: the pod's cgroup holds the sum of its containers' limits. cgroup v1
     refuses a container quota above its parent's (EINVAL) and v2 caps it there, so a raise lifts
     the pod's quota, and restoring the container puts the pod's back."""
-    try:
-        root, version = cpu_cgroup_root()
-    except ActuatorUnavailable as exc:
-        pytest.skip(str(exc))
-    if os.geteuid() != 0 or not os.access(root, os.W_OK):
-        pytest.skip(f"cannot create cgroups under {root} (needs root)")
+    root, version = writable_cpu_root()
     cid, other = secrets.token_hex(32), secrets.token_hex(32)
     pod = root / f"specon-test-{os.getpid()}-pod"
     if version == 2:

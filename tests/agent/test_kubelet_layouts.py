@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from nodelib import hierarchies
 
 from specon_agent.actuators.cgroup import CgroupActuator
 
@@ -31,15 +32,10 @@ from specon_agent.actuators.cgroup import CgroupActuator
 def _mounts() -> dict[int, Path]:
     """The cpu hierarchy of each cgroup version this host offers."""
     found: dict[int, Path] = {}
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields, extra = left.split(), right.split()
-        if len(fields) < 5 or len(extra) < 3:
-            continue
-        point = Path(fields[4])
-        if extra[0] == "cgroup" and "cpu" in extra[2].split(","):
+    for ctrl, point in hierarchies().items():
+        if ctrl and "cpu" in ctrl.split(","):
             found.setdefault(1, point)
-        elif extra[0] == "cgroup2":
+        elif not ctrl:
             controllers = point / "cgroup.controllers"
             if controllers.exists() and "cpu" in controllers.read_text().split():
                 found.setdefault(2, point)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from planelib import Plane
+from planemanager import wait_for
 
 from specon_manager.kube import FENCED, TRANSPORT, Kube, KubeError
 from specon_manager.leader import LeaseElector
@@ -46,13 +47,7 @@ def dead_url() -> str:
 
 
 def wait_until(what: str, fn: Callable[[], Any], timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_for(what, fn, timeout=timeout, every=0.02)
 
 
 def errors(metrics: ManagerMetrics, kind: str) -> float:
