@@ -92,6 +92,11 @@ class ManagerMetrics:
         self.reconcile_errors = Counter(
             "specon_reconcile_errors_total", "Errors while reconciling migrations.",
             registry=r)
+        self.migrations_stuck = Counter(
+            "specon_migration_source_stuck_total",
+            "Migrations whose evicted source pod was still terminating past its grace period "
+            "plus source_stuck_after_s (reported once each, event MigrationSourceStuck).",
+            registry=r)
         self.loop_errors = Counter(
             "specon_controller_loop_errors_total",
             "Controller loop passes that failed, by kind (kubernetes: the API server refused "

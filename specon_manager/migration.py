@@ -30,6 +30,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from specon import names
@@ -134,6 +135,19 @@ def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str
     return None
 
 
+def _node_state(node: dict[str, Any] | None) -> str:
+    """'gone', 'Ready', or the Ready condition's status and reason (e.g. 'NotReady
+    (NodeStatusUnknown)')."""
+    if node is None:
+        return "gone"
+    for cond in (node.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            if cond.get("status") == "True":
+                return "Ready"
+            return f"NotReady ({cond.get('reason') or cond.get('status')})"
+    return "of unknown state"
+
+
 def ignores_disruption(policy: Any) -> bool:
     """Whether a Job's podFailurePolicy ignores pods failed by a disruption (an eviction): a
     rule ``action: Ignore`` on the condition ``DisruptionTarget`` (status True, the default)."""
@@ -208,6 +222,7 @@ class MigrationController:
         self._started: deque[float] = deque()
         self._lock = threading.RLock()
         self._ready = False
+        self._stuck_reported: set[str] = set()  # migrations whose stuck source was reported
         #: Test hook: called with a phase name after the record of that phase is written.
         self.after_phase: Callable[[str], None] | None = None
 
@@ -557,6 +572,8 @@ class MigrationController:
                 # Recorded as placing, but the eviction was never sent (the manager stopped in
                 # between): send it now. The checkpoint was verified before the record.
                 self._request_eviction(m, m)
+            else:
+                self._source_stuck(m, src, now)
             return
         self.state.source_gone(m.key)
         if m.kind == "pod":
@@ -583,6 +600,36 @@ class MigrationController:
                         f"migration {m.id}: not placed on {m.target} within "
                         f"{self.settings.placement_timeout_s:.0f} s; placing it anywhere",
                         warning=True)
+
+    def _source_stuck(self, m: Migration, src: dict[str, Any], now: float) -> None:
+        """The evicted source is still terminating: the replacement waits for it, so that the
+        job never runs twice. Past its grace period plus ``source_stuck_after_s`` (its node
+        dead or cut off, a finalizer), say so once, with the way out, instead of waiting in
+        silence: Kubernetes removes the pod when its node is deleted or tainted
+        ``node.kubernetes.io/out-of-service``, and the job then resumes on the target."""
+        if m.id in self._stuck_reported:
+            return
+        try:
+            ends = datetime.fromisoformat(str(meta(src)["deletionTimestamp"])).timestamp()
+        except (KeyError, ValueError):
+            return
+        if now < ends + self.settings.source_stuck_after_s:
+            return
+        self._stuck_reported.add(m.id)
+        node = (src.get("spec") or {}).get("nodeName") or m.source
+        state = _node_state(self.kube.get(f"/api/v1/nodes/{node}"))
+        self.metrics.migrations_stuck.inc()
+        since = datetime.fromtimestamp(ends, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._event(self._pod_ref(m), "MigrationSourceStuck",
+                    f"migration {m.id}: the evicted pod is still terminating (grace period "
+                    f"ended {since}; node {node} is {state}); its replacement waits for it so "
+                    f"that the job never runs twice. If the node is dead, delete its Node "
+                    f"object or taint it node.kubernetes.io/out-of-service=nodeshutdown:"
+                    f"NoExecute; Kubernetes then removes the pod and the job resumes on "
+                    f"{m.target} from its verified checkpoint. A finalizer on the pod holds "
+                    f"it the same way.", warning=True)
+        log.warning("migration %s: source %s/%s still terminating on %s (%s)", m.id,
+                    m.namespace, m.pod, node, state)
 
     def _place_bare(self, m: Migration, now: float) -> None:
         """A bare pod's replacement, once the source is gone: ungate it and see it bound."""
@@ -617,6 +664,7 @@ class MigrationController:
     def _finish(self, m: Migration, placed: dict[str, Any] | None, problem: str) -> None:
         self.state.release(m.key)
         self._migrations.pop(m.id, None)
+        self._stuck_reported.discard(m.id)
         node = (placed or {}).get("spec", {}).get("nodeName")
         done = replace(m, phase="done")
         holder = job_path(m.namespace, m.owner) if m.kind == "job" else pod_path(

@@ -109,6 +109,10 @@ class ManagerSettings(BaseSettings):
     #: How long the replacement may take to be placed on the reserved target before the
     #: reservation is lifted (the job is then scheduled anywhere: never lost).
     placement_timeout_s: Positive = 300.0
+    #: How long after its grace period an evicted source pod may still be terminating before
+    #: the manager reports it (event MigrationSourceStuck, with the way out); the replacement
+    #: keeps waiting for it, so that a job never runs twice.
+    source_stuck_after_s: Positive = 120.0
     #: Global rate limit: at most this many migrations start within ``migration_window_s``.
     max_migrations_per_window: int = Field(default=5, ge=0)
     migration_window_s: Positive = 60.0

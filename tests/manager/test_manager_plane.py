@@ -387,6 +387,54 @@ def test_converged_bare_pod_is_migrated_to_the_chosen_node_and_resumes(
     assert again["decision"] == "stay" and "already migrated" in again["reason"]
 
 
+def test_a_source_that_stays_terminating_is_reported_and_the_job_waits_then_moves(
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess, tmp_path: Path,
+) -> None:
+    """Issue 15: after the eviction the replacement waits for the source pod to be gone (never
+    two copies); a source that stays terminating (its node's kubelet gone: KWOK leaves a pod
+    annotated specon.test/kubelet-gone terminating) was waited for in silence. Now it is
+    reported once, with the way out, and the job moves as soon as the pod is gone (here the
+    test deletes it as Kubernetes does once the dead node is deleted or declared out of
+    service)."""
+    ns = plane_namespace
+    manager.start(source_stuck_after_s=1)
+    held = train_pod("train-s", tag, node=mnodes[3])
+    held["metadata"]["annotations"] = {"specon.test/kubelet-gone": "true"}
+    apply(plane, ns, held)
+    wait_for("train-s running", lambda: running_on(api, ns, "train-s"))
+    agents = agents_for(manager.url, tokens)
+    crowded_source(plane, mnodes, ns, agents)
+    job = JobStandIn(tmp_path / "ckpt-s", "train-s")
+    start_job(api, ns, agents, job, "train-s")
+    job.run_steps(5)
+    beat_all(agents)
+    reply = agents[mnodes[3]].reallocate(ns, "train-s")
+    assert reply["decision"] == "migrate", reply
+    try:
+        drive(api, ns, agents, [job], lambda _: "MigrationSourceStuck" in api.events(ns))
+        source = api.pod(ns, "train-s")
+        assert source is not None and source["metadata"].get("deletionTimestamp")
+        assert job.starts == 1  # the replacement has not run: the source still exists
+        text = plane.kubectl("get", "events", "-n", ns, "--field-selector",
+                             "reason=MigrationSourceStuck", "-o",
+                             "jsonpath={.items[*].message}").stdout
+        assert "node.kubernetes.io/out-of-service" in text and f"node {mnodes[3]} is Ready" in text
+        assert "specon_migration_source_stuck_total 1.0" in httpx.get(
+            f"{manager.url}/metrics").text
+    finally:
+        # What PodGC does for a pod on a deleted or out-of-service node: a forced deletion.
+        plane.kubectl("delete", "-n", ns, "pod", "train-s", "--force", "--grace-period=0",
+                      check=False)
+    drive(api, ns, agents, [job], lambda _: job.starts > 1)
+    # The replacement carries the source's annotations: let KWOK delete it normally again, or
+    # it would stay terminating with its namespace (and hold the later rebalancing test back).
+    plane.kubectl("annotate", "-n", ns, "pod", job.pod, "specon.test/kubelet-gone-")
+    assert job.node == mnodes[1]
+    assert_resumed_exactly(job)
+    assert api.events(ns).count("MigrationSourceStuck") == 1
+
+
 def test_no_verified_checkpoint_in_time_cancels_and_the_job_stays(
     plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
     tag: str, manager: ManagerProcess,
