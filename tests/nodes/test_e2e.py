@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.nodes, pytest.mark.plane, pytest.mark.slow]
 RELEASE, SYSTEM = "specon", "specon-system"
 EXAMPLES = REPO / "deploy" / "examples"
 STORAGE_CLASS = "specon-shared"
-MIGRATABLE = "mlp-digits"
+MIGRATABLE = "cnn-train"
 
 
 def helm(cluster: RealCluster, home: Path, *args: str,
@@ -64,9 +64,6 @@ def install_args(images: dict[str, str]) -> list[str]:
             "--set-string", f"agent.cgroup.cpuSubPath={sub}",
             "--set", "agent.cgroup.kubepodsPath=kubepods",
             "--set", "algorithm.intervalSeconds=10", "--set", "manager.heartbeat.intervalSeconds=2",
-            # A minibatch loss is noisy over 10 s intervals: the shipped alpha (0.01 per minute,
-            # for 120 s intervals) let the MLP finish still "progressing" in one run of three.
-            "--set-json", "algorithm.alpha=0.03",
             "--wait", "--timeout", "6m"]
 
 
