@@ -240,16 +240,13 @@ class DockerDiscovery(_Watcher):
                 out.put(Departed(bare_id(cid)))
 
 
-_opted_in = names.opted_in  # the rule the manager applies too
-
-
 def pod_targets(
     pod: Mapping[str, Any], label: str, log_root: Path, progress_root: Path | None,
     scheduler_name: str = "specon",
 ) -> list[Target]:
     """The running training containers of one pod (the API's JSON, camelCase keys). A pod opts
     in by ``label`` (as a label or an annotation, value "true") or by its scheduler name."""
-    if not _opted_in(pod, label, scheduler_name):
+    if not names.opted_in(pod, label, scheduler_name):  # the manager's rule too
         return []
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}

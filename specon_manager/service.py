@@ -200,18 +200,15 @@ class Service:
         if self.elector is None:
             if not self.leading:
                 self._set_leading(True)
-        elif now - due["renew"] >= s.renew_period_s or not self.leading:
-            due["renew"] = now
+        else:
             try:
-                got = self.elector.try_acquire_or_renew()
-            except (KubeError, OSError):
-                # Not renewed: still the leader until the renew deadline runs out.
+                if now - due["renew"] >= s.renew_period_s or not self.leading:
+                    due["renew"] = now
+                    self._set_leading(self.elector.try_acquire_or_renew())
+            finally:
+                # Not renewed (an error, or not due yet): the leader acts until its deadline.
                 if self.leading and not self.elector.holds():
                     self._set_leading(False, " (not renewed within the renew deadline)")
-                raise
-            self._set_leading(got)
-        elif self.leading and not self.elector.holds():
-            self._set_leading(False, " (not renewed within the renew deadline)")
         if self.leading and self.controller is not None:
             self.controller.reconcile()
         if (self.leading and self.rebalancer is not None
