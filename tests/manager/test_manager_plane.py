@@ -339,6 +339,24 @@ def crowded_source(plane: Plane, mnodes: list[str], ns: str,
     set_layout(plane, agents, mnodes, ns, layout)
 
 
+def converged_bare_job(plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str],
+                       ns: str, manager: ManagerProcess, tmp_path: Path, pod: dict[str, Any],
+                       ) -> tuple[dict[str, AgentStandIn], JobStandIn, dict[str, Any]]:
+    """``pod``, a bare training pod pinned to node 3 (the worked example's crowded source): it
+    runs, its job takes a few steps and converges, and node 3's agent asks to move it. Returns
+    the agents, the job and the manager's reply."""
+    name = pod["metadata"]["name"]
+    apply(plane, ns, pod)
+    wait_for(f"{name} running", lambda: running_on(api, ns, name))
+    agents = agents_for(manager.url, tokens)
+    crowded_source(plane, mnodes, ns, agents)
+    job = JobStandIn(tmp_path / f"ckpt-{name}", name)
+    start_job(api, ns, agents, job, name)
+    job.run_steps(5)
+    beat_all(agents)
+    return agents, job, agents[mnodes[3]].reallocate(ns, name)
+
+
 def migration_id(obj: dict[str, Any]) -> str:
     record = json.loads(obj["metadata"]["annotations"]["specon.io/migration"])
     mid: str = record["id"]
@@ -351,15 +369,8 @@ def test_converged_bare_pod_is_migrated_to_the_chosen_node_and_resumes(
 ) -> None:
     ns = plane_namespace
     manager.start()
-    apply(plane, ns, train_pod("train-a", tag, node=mnodes[3]))
-    wait_for("train-a running", lambda: running_on(api, ns, "train-a"))
-    agents = agents_for(manager.url, tokens)
-    crowded_source(plane, mnodes, ns, agents)
-    job = JobStandIn(tmp_path / "ckpt-a", "train-a")
-    start_job(api, ns, agents, job, "train-a")
-    job.run_steps(5)
-    beat_all(agents)
-    reply = agents[mnodes[3]].reallocate(ns, "train-a")
+    agents, job, reply = converged_bare_job(plane, api, mnodes, tokens, ns, manager, tmp_path,
+                                            train_pod("train-a", tag, node=mnodes[3]))
     assert reply["decision"] == "migrate" and reply["target"] == mnodes[1], reply
     assert reply["migrated"] is True
     drive(api, ns, agents, [job], lambda _: job.starts > 1)
@@ -401,15 +412,8 @@ def test_a_source_that_stays_terminating_is_reported_and_the_job_waits_then_move
     manager.start(source_stuck_after_s=1)
     held = train_pod("train-s", tag, node=mnodes[3])
     held["metadata"]["annotations"] = {"specon.test/kubelet-gone": "true"}
-    apply(plane, ns, held)
-    wait_for("train-s running", lambda: running_on(api, ns, "train-s"))
-    agents = agents_for(manager.url, tokens)
-    crowded_source(plane, mnodes, ns, agents)
-    job = JobStandIn(tmp_path / "ckpt-s", "train-s")
-    start_job(api, ns, agents, job, "train-s")
-    job.run_steps(5)
-    beat_all(agents)
-    reply = agents[mnodes[3]].reallocate(ns, "train-s")
+    agents, job, reply = converged_bare_job(plane, api, mnodes, tokens, ns, manager, tmp_path,
+                                            held)
     assert reply["decision"] == "migrate", reply
     try:
         drive(api, ns, agents, [job], lambda _: "MigrationSourceStuck" in api.events(ns))
