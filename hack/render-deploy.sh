@@ -16,7 +16,9 @@ out=deploy/specon.yaml
 # specon/agent (build them from Dockerfile.manager and Dockerfile.agent and push them to your
 # registry). Before applying, make the TLS objects: Secrets specon-manager-tls and
 # specon-scheduler-tls (tls.crt, tls.key, ca.crt) and ConfigMap specon-ca (ca.crt):
-# docs/user-guide.md, "Without Helm".
+# docs/user-guide.md, "Without Helm". To remove it, delete the agents first and wait for them
+# (kubectl -n specon-system delete daemonset specon-agent --wait): each puts back the CPU limits
+# it changed while its RBAC still exists (what helm's uninstall hook does).
 ---
 apiVersion: v1
 kind: Namespace
@@ -24,7 +26,7 @@ metadata:
   name: specon-system
 HEAD
   "$HELM" template specon charts/specon --namespace specon-system --kube-version "$KUBE_VERSION" \
-    --set tls.mode=existing
+    --set tls.mode=existing --no-hooks
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 echo "wrote $out" >&2

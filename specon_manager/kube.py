@@ -164,7 +164,20 @@ def pod_path(namespace: str, name: str = "") -> str:
 
 
 def job_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    return owner_path("Job", namespace, name)
+
+
+#: The controllers whose pods may be migrated, with the API group/version and resource of each
+#: (docs/manager.md, "Which pods move").
+OWNERS = {"Job": ("batch/v1", "jobs"), "StatefulSet": ("apps/v1", "statefulsets"),
+          "ReplicaSet": ("apps/v1", "replicasets")}
+
+
+def owner_path(kind: str, namespace: str = "", name: str = "") -> str:
+    """The path of a controller of kind ``kind`` (a key of :data:`OWNERS`); no namespace: the
+    cluster-wide list."""
+    group, resource = OWNERS[kind]
+    base = f"/apis/{group}" + (f"/namespaces/{namespace}" if namespace else "") + f"/{resource}"
     return f"{base}/{name}" if name else base
 
 

@@ -39,14 +39,15 @@ from specon.core.qos_sched import migration_hold
 from specon.core.scoring import WorkerView, choose_host
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
 from specon_manager.kube import (
+    OWNERS,
     Kube,
     KubeError,
     annotations_of,
     controller_ref,
     event_body,
-    job_path,
     labels_of,
     meta,
+    owner_path,
     pod_path,
 )
 from specon_manager.metrics import ManagerMetrics
@@ -73,8 +74,8 @@ class Migration:
     pod_uid: str
     source: str
     target: str
-    kind: str  # "job" or "pod"
-    owner: str  # the Job's name ("" for a bare pod)
+    kind: str  # "pod" (bare), or the owner's kind in lower case: "job", "statefulset", ...
+    owner: str  # the owner's name ("" for a bare pod)
     owner_uid: str
     reason: str  # "converged" or "rebalance"
     phase: str
@@ -85,7 +86,18 @@ class Migration:
 
     @property
     def key(self) -> str:
-        return f"job/{self.owner_uid}" if self.kind == "job" else f"migration/{self.id}"
+        return f"job/{self.owner_uid}" if self.owned else f"migration/{self.id}"
+
+    @property
+    def owned(self) -> bool:
+        return self.kind != "pod"
+
+    @property
+    def owner_kind(self) -> str:
+        return next(k for k in OWNERS if k.lower() == self.kind)
+
+    def owner_path(self) -> str:
+        return owner_path(self.owner_kind, self.namespace, self.owner)
 
     def record(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -97,11 +109,15 @@ class Migration:
             m = cls(**data)
         except (ValueError, TypeError):
             return None
-        return m if m.phase in PHASES else None
+        kinds = {"pod"} | {k.lower() for k in OWNERS}
+        return m if m.phase in PHASES and m.kind in kinds else None
 
 
-def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str) -> str | None:
-    """None when this pod may be migrated, else why not (a sentence for events and replies)."""
+def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str,
+                    replicasets: bool = False) -> str | None:
+    """None when this pod may be migrated, else why not (a sentence for events and replies).
+    ``job`` is the pod's controller (a Job, StatefulSet or ReplicaSet) when it has one;
+    ``replicasets``: ReplicaSet pods may move (only with a non-ignorable extender)."""
     md = meta(pod)
     if md.get("deletionTimestamp"):
         return "the pod is terminating"
@@ -112,27 +128,67 @@ def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str
     ref = controller_ref(pod)
     holder = pod
     if ref is not None:
-        if ref.get("kind") != "Job":
-            return f"the pod is owned by a {ref.get('kind')}, which the manager cannot rely on"
+        kind = ref.get("kind")
+        if kind not in OWNERS:
+            return (f"the pod is owned by a {kind}, which the manager cannot rely on (it moves "
+                    "bare pods and pods of a Job, a StatefulSet or a ReplicaSet)")
         if job is None:
-            return "the pod's Job is gone"
-        spec = job.get("spec") or {}
-        if spec.get("podReplacementPolicy") != "Failed":
-            return ("its Job does not set podReplacementPolicy: Failed (a replacement could "
-                    "start while the pod terminates)")
-        if not ignores_disruption(spec.get("podFailurePolicy")):
-            # The evicted pod ends Failed; without a rule ignoring DisruptionTarget it counts
-            # against backoffLimit, and past it the Job fails with its job (issue 15).
-            limit = spec.get("backoffLimit", 6)
-            failed = (job.get("status") or {}).get("failed") or 0
-            if not isinstance(limit, int) or not isinstance(failed, int) or failed + 1 > limit:
-                return (f"the eviction would fail its Job (backoffLimit {limit}, {failed} failed "
-                        "so far, and no podFailurePolicy rule ignores DisruptionTarget)")
+            return f"the pod's {kind} is gone"
+        why = _why_not_job(job) if kind == "Job" else _why_not_replicated(job, kind,
+                                                                           replicasets)
+        if why is not None:
+            return why
         holder = job
     marker = A_REBALANCED if reason == "rebalance" else A_MIGRATED
     if annotations_of(holder).get(marker):
         return "the job was already " + ("rebalanced" if reason == "rebalance" else "migrated")
     return None
+
+
+def _why_not_job(job: dict[str, Any]) -> str | None:
+    spec = job.get("spec") or {}
+    if spec.get("podReplacementPolicy") != "Failed":
+        return ("its Job does not set podReplacementPolicy: Failed (a replacement could "
+                "start while the pod terminates)")
+    if not ignores_disruption(spec.get("podFailurePolicy")):
+        # The evicted pod ends Failed; without a rule ignoring DisruptionTarget it counts
+        # against backoffLimit, and past it the Job fails with its job (issue 15).
+        limit = spec.get("backoffLimit", 6)
+        failed = (job.get("status") or {}).get("failed") or 0
+        if not isinstance(limit, int) or not isinstance(failed, int) or failed + 1 > limit:
+            return (f"the eviction would fail its Job (backoffLimit {limit}, {failed} failed "
+                    "so far, and no podFailurePolicy rule ignores DisruptionTarget)")
+    return None
+
+
+def _why_not_replicated(owner: dict[str, Any], kind: str, replicasets: bool) -> str | None:
+    """A StatefulSet's or ReplicaSet's pod may move when the owner has one replica (its pods
+    share the template's checkpoint folder) and, for a ReplicaSet, when the manager was told
+    that the scheduler's extender is not ignorable: a ReplicaSet makes the new pod as soon as
+    the old one terminates, so only the extender's hold keeps it from running beside the old
+    one while that one saves. A StatefulSet makes it only once the old pod is gone."""
+    replicas = (owner.get("spec") or {}).get("replicas", 1)
+    if replicas != 1:
+        return (f"its {kind} has {replicas} replicas, whose pods share one checkpoint folder; "
+                "only single-replica ones are moved")
+    if kind == "ReplicaSet" and not replicasets:
+        return ("a ReplicaSet (Deployment) starts the new pod as soon as the old one "
+                "terminates; only a non-ignorable extender holds it until the old one has "
+                "saved, so its pods move only with migrate_replicaset_pods (docs/manager.md)")
+    return None
+
+
+def owner_of(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's controller if it is one the manager may rely on (:data:`OWNERS`) and still
+    the one the pod names (same UID); else None."""
+    ref = controller_ref(pod)
+    if ref is None or ref.get("kind") not in OWNERS:
+        return None
+    obj = kube.get(owner_path(ref["kind"], meta(pod)["namespace"], ref["name"]))
+    if obj is None or meta(obj).get("uid") != ref.get("uid"):
+        return None
+    obj.setdefault("kind", ref["kind"])
+    return obj
 
 
 def _node_state(node: dict[str, Any] | None) -> str:
@@ -269,13 +325,7 @@ class MigrationController:
         return migration_hold(rep.qos, rep.slack_s, self.settings.migration_cost_s)
 
     def _job_of(self, pod: dict[str, Any]) -> dict[str, Any] | None:
-        ref = controller_ref(pod)
-        if ref is None or ref.get("kind") != "Job":
-            return None
-        job = self.kube.get(job_path(meta(pod)["namespace"], ref["name"]))
-        if job is not None and meta(job).get("uid") != ref.get("uid"):
-            return None
-        return job
+        return owner_of(self.kube, pod)
 
     def _rate_ok(self, now: float) -> bool:
         window = self.settings.migration_window_s
@@ -287,8 +337,9 @@ class MigrationController:
         None
     ):
         if job is not None:
-            self.kube.patch(job_path(meta(job)["namespace"], meta(job)["name"]),
-                            {"metadata": {"annotations": values}})
+            self.kube.patch(owner_path(str(job["kind"]), meta(job)["namespace"],
+                                       meta(job)["name"]),
+                            {"metadata": {"uid": meta(job)["uid"], "annotations": values}})
         else:
             self.kube.patch(pod_path(meta(pod)["namespace"], meta(pod)["name"]),
                             {"metadata": {"uid": meta(pod)["uid"], "annotations": values}})
@@ -301,7 +352,7 @@ class MigrationController:
             md = meta(pod)
             ns, name = md["namespace"], md["name"]
             job = self._job_of(pod)
-            why = why_not_movable(pod, job, reason)
+            why = why_not_movable(pod, job, reason, self.settings.migrate_replicaset_pods)
             if why is not None:
                 migrated = "already" in why
                 return ReallocationReply(decision="stay" if migrated else "refused", reason=why,
@@ -354,7 +405,8 @@ class MigrationController:
             ref = controller_ref(pod)
             m = Migration(
                 id=uuid.uuid4().hex[:12], namespace=ns, pod=name, pod_uid=md["uid"],
-                source=source, target=target, kind="job" if job is not None else "pod",
+                source=source, target=target,
+                kind=str(job["kind"]).lower() if job is not None else "pod",
                 owner=ref["name"] if job is not None and ref else "",
                 owner_uid=str(ref.get("uid", "")) if job is not None and ref else "",
                 reason=reason, phase="reserved", started=now,
@@ -463,8 +515,8 @@ class MigrationController:
         placing = replace(m, phase="placing", deadline=now + self.settings.placement_timeout_s)
         marker = A_REBALANCED if m.reason == "rebalance" else A_MIGRATED
         # The record that outlives the pod comes first.
-        if m.kind == "job":
-            self.kube.patch(job_path(m.namespace, m.owner), {"metadata": {
+        if m.owned:
+            self.kube.patch(m.owner_path(), {"metadata": {
                 "uid": m.owner_uid, "labels": {L_MIGRATING: "true"},
                 "annotations": {A_MIGRATION: placing.record(), marker: m.id,
                                 A_MIGRATED_AT: f"{now:.3f}"}}})
@@ -557,8 +609,8 @@ class MigrationController:
                     warning=True)
 
     def _undo_record(self, m: Migration) -> None:
-        if m.kind == "job":
-            self.kube.patch(job_path(m.namespace, m.owner), {"metadata": {
+        if m.owned:
+            self.kube.patch(m.owner_path(), {"metadata": {
                 "labels": {L_MIGRATING: None},
                 "annotations": {A_MIGRATION: None, A_MIGRATED: None, A_REBALANCED: None}}})
         else:
@@ -579,12 +631,13 @@ class MigrationController:
         if m.kind == "pod":
             self._place_bare(m, now)
             return
-        candidates = [p for p in self.kube.list(
-            pod_path(m.namespace), labelSelector=f"batch.kubernetes.io/controller-uid="
-                                                f"{m.owner_uid}")
-            if meta(p).get("uid") != m.pod_uid and not meta(p).get("deletionTimestamp")]
-        if not candidates and self.kube.get(job_path(m.namespace, m.owner)) is None:
-            self._finish(m, None, "the Job was deleted")
+        selector = {"labelSelector": f"batch.kubernetes.io/controller-uid={m.owner_uid}"} if (
+            m.kind == "job") else {}
+        candidates = [p for p in self.kube.list(pod_path(m.namespace), **selector)
+                      if (controller_ref(p) or {}).get("uid") == m.owner_uid
+                      and meta(p).get("uid") != m.pod_uid and not meta(p).get("deletionTimestamp")]
+        if not candidates and self.kube.get(m.owner_path()) is None:
+            self._finish(m, None, f"the {m.owner_kind} was deleted")
             return
         bound = [p for p in candidates if (p.get("spec") or {}).get("nodeName")]
         if bound:
@@ -593,7 +646,7 @@ class MigrationController:
         if m.reserved and now > m.deadline:
             # The target cannot take it: let the scheduler place it anywhere (never lost).
             lifted = self._set(m, reserved=False)
-            self.kube.patch(job_path(m.namespace, m.owner), {"metadata": {
+            self.kube.patch(m.owner_path(), {"metadata": {
                 "uid": m.owner_uid, "annotations": {A_MIGRATION: lifted.record()}}})
             self.state.release(m.key)
             self._event(self._pod_ref(m), "MigrationReservationLifted",
@@ -667,8 +720,7 @@ class MigrationController:
         self._stuck_reported.discard(m.id)
         node = (placed or {}).get("spec", {}).get("nodeName")
         done = replace(m, phase="done")
-        holder = job_path(m.namespace, m.owner) if m.kind == "job" else pod_path(
-            m.namespace, m.replacement)
+        holder = m.owner_path() if m.owned else pod_path(m.namespace, m.replacement)
         try:
             self.kube.patch(holder, {"metadata": {"labels": {L_MIGRATING: None},
                                                   "annotations": {A_MIGRATION: done.record()}}})
@@ -694,7 +746,7 @@ class MigrationController:
         try:
             body: dict[str, Any] = {"labels": {L_MIGRATING: None},
                                     "annotations": {A_MIGRATION: None}}
-            holder = self.kube.get(job_path(m.namespace, m.owner)) if m.kind == "job" else None
+            holder = self.kube.get(m.owner_path()) if m.owned else None
             self.kube.patch(pod_path(m.namespace, m.pod),
                             {"metadata": {"uid": m.pod_uid, **body}})
             # At most one attempt per job: it stays where it is from now on.
@@ -717,7 +769,8 @@ class MigrationController:
         with self._lock:
             found: dict[str, Migration] = {}
             objs = self.kube.list("/api/v1/pods", labelSelector=f"{L_MIGRATING}=true")
-            objs += self.kube.list("/apis/batch/v1/jobs", labelSelector=f"{L_MIGRATING}=true")
+            for kind in OWNERS:
+                objs += self.kube.list(owner_path(kind), labelSelector=f"{L_MIGRATING}=true")
             for obj in objs:
                 m = Migration.from_record(annotations_of(obj).get(A_MIGRATION, ""))
                 if m is None or m.phase in ("done", "cancelled"):

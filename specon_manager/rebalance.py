@@ -25,6 +25,7 @@ from specon_manager.migration import (
     A_MIGRATED_AT,
     A_REBALANCED,
     MigrationController,
+    owner_of,
     why_not_movable,
 )
 from specon_manager.settings import ManagerSettings
@@ -89,10 +90,7 @@ class Rebalancer:
             del self._converged_since[key]
         pods = {pod_key(meta(p)["namespace"], meta(p)["name"]): p for p in self.kube.list(
             "/api/v1/pods", labelSelector=f"{LABEL_MIGRATABLE}=true")}
-        jobs: dict[str, dict[str, Any]] = {}
-        if any(controller_ref(p) for p in pods.values()):
-            jobs = {f"{meta(j)['namespace']}/{meta(j)['name']}": j
-                    for j in self.kube.list("/apis/batch/v1/jobs")}
+        owners: dict[str, dict[str, Any] | None] = {}  # per owned pod: its controller
         if self._settling(reported, pods, now):
             return []
         placed: list[PlacedJob] = []
@@ -101,8 +99,10 @@ class Rebalancer:
             key = pod_key(j.namespace, j.pod)
             pod = pods.get(key)
             job = None
-            if pod is not None and (ref := controller_ref(pod)) is not None:
-                job = jobs.get(f"{j.namespace}/{ref.get('name')}")
+            if pod is not None and controller_ref(pod) is not None:
+                if key not in owners:
+                    owners[key] = owner_of(self.kube, pod)
+                job = owners[key]
             holder = job if job is not None else pod
             marks = annotations_of(holder) if holder is not None else {}
             at: float | None = self._converged_since.get(key)
@@ -111,7 +111,8 @@ class Rebalancer:
                     at = float(marks[A_MIGRATED_AT])
             except ValueError:
                 pass
-            movable = pod is not None and why_not_movable(pod, job, "rebalance") is None
+            movable = pod is not None and why_not_movable(
+                pod, job, "rebalance", self.settings.migrate_replicaset_pods) is None
             # An at-risk job, or one with less slack than a move costs, stays where it is.
             if movable and migration_hold(j.qos, j.slack_s, self.settings.migration_cost_s):
                 movable = False

@@ -122,6 +122,11 @@ class ManagerSettings(BaseSettings):
     #: in seconds: a job whose reported slack is smaller is not moved (docs/manager.md, QoS).
     #: ``specon_migration_duration_seconds`` shows what the moves here took, without restore.
     migration_cost_s: Positive = 120.0
+    #: Move pods of single-replica ReplicaSets (Deployments) too. A ReplicaSet creates the new
+    #: pod as soon as the old one terminates; only the extender's hold keeps it from running
+    #: beside the old one while that one saves, so turn this on only when kube-scheduler's
+    #: extender is not ``ignorable`` (the chart sets it from ``scheduler.extender.ignorable``).
+    migrate_replicaset_pods: bool = False
 
     # -- rebalancing (Algorithm 5) ----------------------------------------------------------------
     rebalance: bool = True

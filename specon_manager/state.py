@@ -19,6 +19,7 @@ from specon.core.categorize import Category
 from specon.core.qos_sched import qos_priorities
 from specon.core.scoring import Weights, WorkerView, placement_priorities
 from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
+from specon_manager.kube import OWNERS
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
 ANNOTATION_MIGRATION_ID = names.ANNOTATION_MIGRATION_ID
@@ -29,13 +30,15 @@ def pod_key(namespace: str, name: str) -> str:
 
 
 def job_key(pod: Mapping[str, Any]) -> str:
-    """The identity of the job a pod runs: its controlling Job, else the pod itself.
+    """The identity of the job a pod runs: its controlling Job, StatefulSet or ReplicaSet, else
+    the pod itself.
 
-    A Job's replacement pod has a new name but the same owner; a bare pod's replacement carries
+    An owned pod's replacement has the same owner (a Job's and a ReplicaSet's a new name, a
+    StatefulSet's the same name); a bare pod's replacement carries
     the migration id of the pod it replaces (see :func:`reservation_key`)."""
     meta = pod.get("metadata") or {}
     for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == "Job":
+        if ref.get("controller") and ref.get("kind") in OWNERS:
             return f"job/{ref.get('uid', '')}"
     return f"pod/{meta.get('namespace', '')}/{meta.get('name', '')}"
 

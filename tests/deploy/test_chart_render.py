@@ -171,11 +171,52 @@ def test_every_workload_runs_as_its_own_service_account(plane_bin: Path, home: P
     objs = docs(render(plane_bin, home))
     accounts = {o["metadata"]["name"] for o in find(objs, "ServiceAccount")}
     used = {pod_spec(o)["serviceAccountName"] for o in objs
-            if o["kind"] in ("Deployment", "DaemonSet")}
-    assert used == accounts == {"specon-manager", "specon-agent", "specon-scheduler"}
+            if o["kind"] in ("Deployment", "DaemonSet", "Job")}
+    assert used == accounts == {"specon-manager", "specon-agent", "specon-scheduler",
+                                "specon-agent-drain"}
     for b in find(objs, "ClusterRoleBinding") + find(objs, "RoleBinding"):
         assert [s["name"] for s in b["subjects"]] in (["specon-manager"], ["specon-agent"],
-                                                      ["specon-scheduler"])
+                                                      ["specon-scheduler"],
+                                                      ["specon-agent-drain"])
+
+
+def test_uninstall_first_drains_the_agents_with_rights_to_nothing_else(
+    plane_bin: Path, home: Path,
+) -> None:
+    """helm uninstall runs a pre-delete Job that deletes the agents and waits for them to put
+    the limits back while their RBAC still exists (specon_manager/drain.py); its account may
+    delete only this release's agent DaemonSet and list pods; every hook object goes once it
+    has succeeded. The plane test tests/deploy/test_drain_plane.py runs it."""
+    objs = docs(render(plane_bin, home))
+    job = one(objs, "Job", "specon-agent-drain")
+    hooked = [o for o in objs if (o["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+    assert {(o["kind"], o["metadata"]["name"]) for o in hooked} == {
+        (k, "specon-agent-drain") for k in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+    for o in hooked:
+        ann = o["metadata"]["annotations"]
+        assert ann["helm.sh/hook"] == "pre-delete"
+        assert ann["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        assert int(ann["helm.sh/hook-weight"]) == (0 if o["kind"] == "Job" else -5)
+    spec = pod_spec(job)
+    cmd = spec["containers"][0]["command"]
+    assert cmd[:3] == ["python", "-m", "specon_manager.drain"]
+    args = dict(zip(cmd[3::2], cmd[4::2], strict=True))
+    assert args["--daemonset"] == "specon-agent" and args["--namespace"] == "specon-system"
+    assert args["--timeout-s"] == "120"
+    agents = one(objs, "DaemonSet", "specon-agent")
+    labels = agents["spec"]["template"]["metadata"]["labels"]
+    wanted = dict(kv.split("=") for kv in args["--selector"].split(","))
+    assert wanted.items() <= labels.items()
+    assert wanted == agents["spec"]["selector"]["matchLabels"]
+    assert spec["containers"][0]["image"] == pod_spec(
+        one(objs, "Deployment", "specon-manager"))["containers"][0]["image"]
+    assert one(objs, "Role", "specon-agent-drain")["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": ["specon-agent"],
+         "verbs": ["delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    assert job["spec"]["backoffLimit"] == 0 and spec["restartPolicy"] == "Never"
+    off = docs(render(plane_bin, home, {"agent.drainOnUninstallSeconds": 0}))
+    assert not find(off, "Job")
 
 
 def test_shared_volume_claim_or_existing(plane_bin: Path, home: Path) -> None:
@@ -238,7 +279,7 @@ def test_pod_writes_are_bound_only_in_the_training_namespaces(
     objs = docs(render(plane_bin, home, {"manager.trainingNamespaces": ["team-a", "team-b"]}))
     writer = one(objs, "ClusterRole", "specon-manager-writer")
     assert {r for rule in writer["rules"] for r in rule["resources"]} == {
-        "pods", "pods/eviction", "jobs", "events"}
+        "pods", "pods/eviction", "jobs", "statefulsets", "replicasets", "events"}
     bound = [b for b in find(objs, "RoleBinding") if b["roleRef"]["name"] == writer[
         "metadata"]["name"]]
     assert sorted(b["metadata"]["namespace"] for b in bound) == ["team-a", "team-b"]
@@ -273,7 +314,10 @@ def test_committed_plain_manifests_are_the_charts_rendering(plane_bin: Path, hom
     # With the certificates the operator makes (a generated CA in a committed file would be
     # every user's CA).
     fresh = render(plane_bin, home, {"tls.mode": "existing"}, release="specon",
-                   namespace="specon-system")
+                   namespace="specon-system", extra=("--no-hooks",))
+    # no helm hook in plain manifests: applied with kubectl, the uninstall hook's Job would run
+    # at once and delete the agents
+    assert "helm.sh/hook" not in fresh
     assert committed.endswith(fresh), "deploy/specon.yaml is stale: run hack/render-deploy.sh"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -88,6 +89,17 @@ def train_job(name: str, tag: str) -> dict[str, Any]:
             "spec": {"backoffLimit": 3, "podReplacementPolicy": "Failed",
                      "template": {"metadata": {"labels": pod["metadata"]["labels"]},
                                   "spec": pod["spec"]}}}
+
+
+def owned_workload(kind: str, name: str, tag: str) -> dict[str, Any]:
+    """A single-replica StatefulSet or Deployment of migratable training pods."""
+    pod = train_pod("x", tag)
+    labels = {**pod["metadata"]["labels"], "app": name}
+    spec: dict[str, Any] = {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                            "template": {"metadata": {"labels": labels}, "spec": pod["spec"]}}
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}, "spec": spec}
 
 
 def is_live(p: dict[str, Any]) -> bool:
@@ -491,13 +503,18 @@ def test_pods_that_did_not_opt_in_or_cannot_be_recreated_are_never_moved(
                 return name
         return None
 
+    # A Deployment's pod, while the manager is not told the extender is non-ignorable.
+    deploy = owned_workload("Deployment", "dep", tag)
+    deploy["spec"]["template"]["spec"]["nodeName"] = mnodes[3]
+    apply(plane, ns, deploy)
+
     wait_for("pods running", lambda: running_on(api, ns, "no-optin") and job_pod("legacy")
-             and job_pod("fragile"))
-    legacy, fragile_pod = job_pod("legacy"), job_pod("fragile")
-    assert legacy is not None and fragile_pod is not None
+             and job_pod("fragile") and job_pod("dep"))
+    legacy, fragile_pod, dep = job_pod("legacy"), job_pod("fragile"), job_pod("dep")
+    assert legacy is not None and fragile_pod is not None and dep is not None
     agents = agents_for(manager.url, tokens)
     crowded_source(plane, mnodes, ns, agents)
-    for pod in ("no-optin", legacy, fragile_pod):
+    for pod in ("no-optin", legacy, fragile_pod, dep):
         agents[mnodes[3]].jobs[pod] = {"namespace": ns, "pod": pod, "category": "CC"}
     beat_all(agents)
     r1 = agents[mnodes[3]].reallocate(ns, "no-optin")
@@ -507,7 +524,9 @@ def test_pods_that_did_not_opt_in_or_cannot_be_recreated_are_never_moved(
     r3 = agents[mnodes[3]].reallocate(ns, fragile_pod)
     assert r3["decision"] == "refused" and "would fail its Job" in r3["reason"], r3
     assert "backoffLimit 0" in r3["reason"]
-    for pod in ("no-optin", legacy, fragile_pod):
+    r4 = agents[mnodes[3]].reallocate(ns, dep)
+    assert r4["decision"] == "refused" and "migrate_replicaset_pods" in r4["reason"], r4
+    for pod in ("no-optin", legacy, fragile_pod, dep):
         assert running_on(api, ns, pod) == mnodes[3]
     assert "MigrationStarted" not in api.events(ns)
 
@@ -543,6 +562,67 @@ def test_job_owned_pod_is_migrated_and_its_job_controller_recreates_it_on_the_ta
     saved = job.saved()
     assert jobobj is not None and saved is not None
     assert jobobj["metadata"]["annotations"]["specon.io/migrated"] == saved["request"]
+    wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
+
+
+@pytest.mark.parametrize("kind", ["StatefulSet", "Deployment"])
+def test_a_statefulset_or_deployment_pod_moves_with_never_two_copies(
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess, tmp_path: Path, kind: str,
+) -> None:
+    """The owner recreates the evicted pod; the manager only steers it to the target. While
+    the evicted pod is still terminating (held here: KWOK leaves pods annotated
+    ``specon.test/kubelet-gone`` terminating, as a slow kubelet would), no second copy runs:
+    a StatefulSet makes none, and a ReplicaSet's new pod is held unplaced by the extender."""
+    ns = plane_namespace
+    manager.start(migrate_replicaset_pods=True)
+    agents = agents_for(manager.url, tokens)
+    set_layout(plane, agents, mnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
+    beat_all(agents)
+    name = "ts" if kind == "StatefulSet" else "td"
+    apply(plane, ns, owned_workload(kind, name, tag))
+    first = wait_for(f"the {kind}'s pod running", lambda: [
+        p for p in live(api.pods(ns), name + "-") if p["status"].get("phase") == "Running"])[0]
+    assert first["spec"]["nodeName"] == mnodes[3]
+    pod, uid = first["metadata"]["name"], first["metadata"]["uid"]
+    plane.kubectl("annotate", "-n", ns, f"pod/{pod}", "specon.test/kubelet-gone=true")
+    crowded_source(plane, mnodes, ns, agents)
+    job = JobStandIn(tmp_path / f"ckpt-{name}", name + "-")
+    start_job(api, ns, agents, job, pod)
+    job.run_steps(3)
+    beat_all(agents)
+    reply = agents[mnodes[3]].reallocate(ns, pod)
+    assert reply["decision"] == "migrate" and reply["target"] == mnodes[1], reply
+
+    def others(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [p for p in pods if p["metadata"]["name"].startswith(name + "-")
+                and p["metadata"]["uid"] != uid]
+
+    drive(api, ns, agents, [job], lambda pods: any(
+        p["metadata"]["uid"] == uid and p["metadata"].get("deletionTimestamp") for p in pods))
+    held_until = time.monotonic() + 4
+    seen: list[str] = []
+
+    def held(pods: list[dict[str, Any]]) -> bool:
+        bound = [p["metadata"]["name"] for p in others(pods) if p["spec"].get("nodeName")]
+        assert not bound, f"a second copy was placed while the first terminates: {bound}"
+        seen.extend(p["metadata"]["name"] for p in others(pods))
+        return time.monotonic() > held_until
+
+    drive(api, ns, agents, [job], held)
+    # the StatefulSet waits for the name to be free; the ReplicaSet made its pod at once
+    assert bool(seen) == (kind == "Deployment"), seen
+    plane.kubectl("annotate", "-n", ns, f"pod/{pod}", "specon.test/kubelet-gone-")
+    drive(api, ns, agents, [job], lambda _: job.starts > 1)
+    assert job.node == mnodes[1]
+    assert (job.pod == pod) == (kind == "StatefulSet")  # a StatefulSet keeps the pod's name
+    assert_resumed_exactly(job)
+    ref = first["metadata"]["ownerReferences"][0]
+    resource = {"StatefulSet": "statefulsets", "ReplicaSet": "replicasets"}[ref["kind"]]
+    owner = api.get(f"/apis/apps/v1/namespaces/{ns}/{resource}/{ref['name']}")
+    saved = job.saved()
+    assert owner is not None and saved is not None
+    assert owner["metadata"]["annotations"]["specon.io/migrated"] == saved["request"]
     wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
 
 

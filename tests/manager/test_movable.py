@@ -49,3 +49,45 @@ def test_a_job_the_eviction_would_fail_is_not_moved(spec: dict[str, Any], refuse
                                     {"rules": [{"action": "Ignore", "onPodConditions": "x"}]}])
 def test_malformed_failure_policies_ignore_nothing(policy: Any) -> None:
     assert ignores_disruption(policy) is False
+
+
+def owned_by(kind: str) -> dict[str, Any]:
+    p = pod()
+    p["metadata"]["ownerReferences"] = [{"kind": kind, "name": "o", "uid": "ou",
+                                         "controller": True}]
+    return p
+
+
+def owner(kind: str, replicas: int | None = 1, **ann: str) -> dict[str, Any]:
+    spec = {} if replicas is None else {"replicas": replicas}
+    return {"kind": kind, "metadata": {"name": "o", "namespace": "n", "uid": "ou",
+                                       "annotations": ann}, "spec": spec}
+
+
+@pytest.mark.parametrize(("kind", "replicas", "replicasets", "expect"), [
+    ("StatefulSet", 1, False, None),
+    ("StatefulSet", None, False, None),  # replicas defaults to 1
+    ("StatefulSet", 3, False, "3 replicas"),
+    ("ReplicaSet", 1, False, "migrate_replicaset_pods"),
+    ("ReplicaSet", 1, True, None),
+    ("ReplicaSet", 2, True, "2 replicas"),
+])
+def test_statefulset_and_replicaset_pods_move_when_one_copy_at_a_time_is_guaranteed(
+    kind: str, replicas: int | None, replicasets: bool, expect: str | None,
+) -> None:
+    why = why_not_movable(owned_by(kind), owner(kind, replicas), "converged", replicasets)
+    assert why is None if expect is None else (why is not None and expect in why), why
+
+
+def test_other_owners_and_vanished_owners_are_refused_with_the_reason() -> None:
+    why = why_not_movable(owned_by("DaemonSet"), None, "converged", True)
+    assert why is not None and "owned by a DaemonSet" in why and "StatefulSet" in why
+    why = why_not_movable(owned_by("StatefulSet"), None, "converged")
+    assert why == "the pod's StatefulSet is gone"
+
+
+def test_the_marker_on_the_owner_says_the_job_was_moved_already() -> None:
+    marked = owner("StatefulSet", 1, **{"specon.io/migrated": "abc"})
+    assert why_not_movable(owned_by("StatefulSet"), marked, "converged") == (
+        "the job was already migrated")
+    assert why_not_movable(owned_by("StatefulSet"), marked, "rebalance") is None
