@@ -73,6 +73,9 @@ class Reallocator(Protocol):
 
     def ready(self) -> bool: ...
 
+    #: False on a standby replica (leader election on, the Lease held by another).
+    leader: bool
+
 
 class LoopHealth(Protocol):
     """What /healthz and /readyz read from the background loop (specon_manager.service):
@@ -94,6 +97,15 @@ class Answer:
 
 def _json(status: int, obj: Any, headers: tuple[tuple[bytes, bytes], ...] = ()) -> Answer:
     return Answer(status, orjson.dumps(obj), headers)
+
+
+#: A standby replica's answer to heartbeats and extender calls. Its state is not the leader's
+#: (no heartbeats since the agents moved on, no reservations), so it must not be used; and the
+#: connection is closed, so that the caller's next request opens a new one, which the Service
+#: sends to the ready replica (a kept-alive connection would stay with this one: issue 15's
+#: fault campaign found the agents heartbeating to a replica that had lost the Lease).
+STANDBY = _json(503, {"detail": "standby replica, not the leader: retry (a new connection "
+                                "reaches the leader)"}, ((b"connection", b"close"),))
 
 
 def _problems(exc: ValidationError) -> list[dict[str, Any]]:
@@ -237,7 +249,8 @@ class Handlers:
                  metrics: ManagerMetrics, book: QosBook, parameters: Parameters,
                  node_exists: Callable[[str], bool | None] | None,
                  pod_on_node: PodOnNode | None,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time,
+                 standby: Callable[[], bool] = lambda: False) -> None:
         self.settings = settings
         self.state = state
         self.auth = auth
@@ -247,6 +260,7 @@ class Handlers:
         self.node_exists = node_exists
         self.pod_on_node = pod_on_node
         self.wall_clock = wall_clock
+        self.standby = standby
         # TokenReviews (a token not yet in the cache) run on worker threads, a few at a time,
         # so that a flood of unknown tokens neither blocks the event loop nor the API server.
         self.reviews = anyio.CapacityLimiter(4)
@@ -260,6 +274,7 @@ class Handlers:
         self.c_invalid = hb.labels("invalid")
         self.c_skew = hb.labels("clock_skew")
         self.c_unknown_node = hb.labels("unknown_node")
+        self.c_standby = hb.labels("standby")
         self.c_unknown_pods = metrics.heartbeat_jobs_ignored
         self._plain = {ok: HeartbeatReply(accepted=ok, parameters=parameters).model_dump_json()
                        .encode() for ok in (True, False)}
@@ -324,6 +339,9 @@ class Handlers:
         against the pod cache, record."""
         if isinstance(node, Answer):
             return node
+        if self.standby():
+            self.c_standby.inc()
+            return STANDBY
         try:
             hb = Heartbeat.model_validate_json(body)
         except ValidationError as exc:
@@ -368,6 +386,9 @@ class Handlers:
 
     # -- kube-scheduler -----------------------------------------------------------------------
     def extender(self, verb: str, body: bytes) -> Answer:
+        if self.standby():
+            self.m.extender_requests.labels(verb, "standby").inc()
+            return STANDBY
         start = time.perf_counter()
         try:
             args = orjson.loads(body)
@@ -474,7 +495,8 @@ def create_app(
     parameters = Parameters(alpha=settings.alpha, interval_s=settings.interval_s,
                             flowcon_alpha=settings.flowcon_alpha,
                             flowcon_beta=settings.flowcon_beta)
-    h = Handlers(settings, state, auth, m, book, parameters, node_exists, pod_on_node)
+    h = Handlers(settings, state, auth, m, book, parameters, node_exists, pod_on_node,
+                 standby=lambda: controller is not None and not controller.leader)
 
     docs = settings.expose_docs
     app = FastAPI(title="SpeCon manager", version="1",

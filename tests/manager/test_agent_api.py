@@ -250,3 +250,44 @@ def test_bad_identity_or_tls_settings_exit_2_with_one_clear_line(
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert says in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+class Standby:
+    """The migration controller of a replica that does not hold the Lease (what the API asks
+    of it; the real one is exercised by the plane tests and the fault campaign)."""
+
+    leader = False
+
+    def ready(self) -> bool:
+        return self.leader
+
+    def reallocate(self, node: str, req: Any) -> Any:
+        raise AssertionError("not asked")
+
+
+def test_a_standby_refuses_heartbeats_and_extender_calls_and_closes_the_connection() -> None:
+    """Issue 15's fault campaign: after an API-server outage moved the Lease, the agents'
+    kept-alive connections still reached the replica that had lost it, which accepted their
+    heartbeats; the new leader saw their nodes stale. A standby now answers 503 and closes the
+    connection, so the next request opens a new one (which the Service sends to the leader);
+    the caller is authenticated first, so the answer tells a stranger nothing."""
+    settings = ManagerSettings(kubernetes=False, heartbeat_interval_s=10)
+    controller = Standby()
+    app = create_app(settings, tokens=NodeTokens(TOKENS), controller=controller)
+    with serve(app) as url, httpx.Client(base_url=url) as c:
+        r = c.post("/v1/heartbeat", headers=auth("node-1"), json=heartbeat("node-1"))
+        assert r.status_code == 503 and "standby" in r.json()["detail"]
+        assert r.headers["connection"] == "close"
+        assert c.post("/v1/heartbeat", json=heartbeat("node-1")).status_code == 401
+        args = {"Pod": {"metadata": {"name": "p", "namespace": "n"}}, "NodeNames": ["node-1"]}
+        for verb in ("filter", "prioritize"):
+            r = c.post(f"/{verb}", json=args)
+            assert r.status_code == 503 and r.headers["connection"] == "close"
+        metrics = c.get("/metrics").text
+        assert 'specon_heartbeats_total{result="standby"} 1.0' in metrics
+        assert 'specon_extender_requests_total{result="standby",verb="filter"} 1.0' in metrics
+        # once it leads, the same connection-less calls are served
+        controller.leader = True
+        r = c.post("/v1/heartbeat", headers=auth("node-1"), json=heartbeat("node-1"))
+        assert r.status_code == 200 and r.json()["accepted"] is True
+        assert c.post("/prioritize", json=args).status_code == 200
