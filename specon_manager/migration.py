@@ -603,6 +603,7 @@ class MigrationController:
                 raise
         self.state.release(m.key)
         self._set(lifted)
+        self._hook("lifted")
         self._event(self._pod_ref(m), "MigrationReservationLifted",
                     f"migration {m.id}: not placed on {m.target} within "
                     f"{self.settings.placement_timeout_s:.0f} s; placing it anywhere",
@@ -649,6 +650,7 @@ class MigrationController:
             self.kube.patch(m.owner_path(), {"metadata": {
                 "uid": m.owner_uid, "annotations": {A_MIGRATION: lifted.record()}}})
             self.state.release(m.key)
+            self._hook("lifted")
             self._event(self._pod_ref(m), "MigrationReservationLifted",
                         f"migration {m.id}: not placed on {m.target} within "
                         f"{self.settings.placement_timeout_s:.0f} s; placing it anywhere",
