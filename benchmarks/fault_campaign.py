@@ -5,7 +5,8 @@ time to recover: median and max) and every invariant violation, and writes the r
 
     python benchmarks/fault_campaign.py --faults 200 --per-run 40 --out results/fault-campaign
 
-Needs the test plane's binaries (SPECON_TESTPLANE_BIN, as the test command sets it)."""
+Needs the test plane's binaries (SPECON_TESTPLANE_BIN, as the test command sets it), dockerd
+and a static busybox (the test command installs both)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1, help="seed of the first run (then +1)")
     ap.add_argument("--outage", type=float, nargs=2, default=(5.0, 30.0), metavar=("MIN", "MAX"),
                     help="API server outage in seconds (default 5 30)")
+    ap.add_argument("--no-engine", action="store_true",
+                    help="without the private Docker Engine lane (no engine-restart faults)")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "fault-campaign")
     args = ap.parse_args()
     if not 0 < args.outage[0] <= args.outage[1]:
@@ -61,7 +64,7 @@ def main() -> int:
             try:
                 plane.kubectl("create", "namespace", "campaign")
                 world = World(plane, "campaign", Path(tmp) / "world", seed=seed,
-                              log=lambda s: print(s, flush=True))
+                              log=lambda s: print(s, flush=True), engine=not args.no_engine)
                 print(f"== run seed {seed}: {n} faults", flush=True)
                 try:
                     run(world, n, outage_s=tuple(args.outage))

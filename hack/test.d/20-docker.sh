@@ -10,6 +10,13 @@ else
     specon_apt update -q >/dev/null
     specon_apt install -y -q --no-install-recommends docker.io >/dev/null
   fi
+  # A static busybox: the image of the fault campaign's private engine (tests/campaign), made
+  # with no registry and no base image.
+  if ! command -v busybox >/dev/null 2>&1; then
+    log "docker: installing Debian's busybox-static"
+    specon_apt update -q >/dev/null
+    specon_apt install -y -q --no-install-recommends busybox-static >/dev/null
+  fi
 
   if docker info >/dev/null 2>&1; then
     log "docker: an engine already answers; using it"

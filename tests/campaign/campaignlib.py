@@ -64,8 +64,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "manager"))  # plan
 from planelib import Plane, free_port
 from planemanager import REPO, Api, JobStandIn, ManagerProcess
 
-KINDS = ("manager-kill", "lease-split", "apiserver-outage", "etcd-restart", "agent-kill",
-         "node-notready", "corrupt-checkpoint", "heartbeat-storm")
+PLANE_KINDS = ("manager-kill", "lease-split", "apiserver-outage", "etcd-restart", "agent-kill",
+               "node-notready", "corrupt-checkpoint", "heartbeat-storm")
+KINDS = (*PLANE_KINDS, "engine-restart")
 SCHED = "specon-campaign"
 TERMINAL = ("Succeeded", "Failed")
 OWNER_LIMIT = "2"  # every training pod's CPU limit as its owner set it
@@ -289,13 +290,184 @@ class FaultRecord:
             self.recovered - self.lifted)
 
 
+# -- the engine lane -------------------------------------------------------------------------
+ENGINE_JOB = ('i=0; while :; do i=$((i+1)); '
+              'echo "step=$i loss=$(awk "BEGIN{print 0.1+27/(30+$i)}")"; sleep 0.2; done')
+
+
+class EngineLane:
+    """The agent on the real engine: a private Docker Engine (its own roots and socket, no
+    network, ``--live-restore`` as on a production node, so containers outlive a restart),
+    three jobs in a busybox image printing a falling loss (owner's limit: half a core), and a
+    standalone agent (docker actuator, originals file) that throttles them. Its fault,
+    ``engine-restart``, stops the engine (SIGTERM) and starts it again: the agent must live
+    through it, find every job again and, when it leaves, put back every owner's limit."""
+
+    OWNER_QUOTA = 50_000
+    JOBS = 3
+
+    def __init__(self, workdir: Path, rng: random.Random, log: Callable[[str], None]) -> None:
+        import shutil
+        import tempfile
+
+        self.rng, self.log, self.workdir = rng, log, workdir
+        busybox = shutil.which("busybox")
+        if shutil.which("dockerd") is None or busybox is None:
+            raise RuntimeError("the engine lane needs dockerd and a static busybox")
+        self.busybox = busybox
+        # Short: the engine's sockets live below it (a unix socket path has 108 bytes).
+        self.root = Path(tempfile.mkdtemp(prefix="specon-engine-"))
+        self.sock = self.root / "sock"
+        self.url = f"unix://{self.sock}"
+        self.tag = f"specon-campaign-{uuid.uuid4().hex[:8]}"  # the agent's label (name)
+        self.dockerd: subprocess.Popen[bytes] | None = None
+        self.agent: subprocess.Popen[bytes] | None = None
+        self.metrics_port = free_port()
+        self.names: list[str] = []
+
+    def _docker(self, *args: str, input: bytes | None = None) -> str:
+        res = subprocess.run(["docker", "-H", self.url, *args], input=input,
+                             capture_output=True, timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"docker {' '.join(args[:2])}: {res.stderr.decode()[-300:]}")
+        return res.stdout.decode()
+
+    def _start_engine(self) -> None:
+        with (self.workdir / "dockerd.log").open("ab") as out:
+            self.dockerd = subprocess.Popen(
+                ["dockerd", "--data-root", str(self.root / "data"), "--exec-root",
+                 str(self.root / "x"), "--pidfile", str(self.root / "pid"), "--host", self.url,
+                 "--bridge=none", "--iptables=false", "--ip6tables=false", "--live-restore"],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                self._docker("info", "--format", "{{.ID}}")
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"private dockerd did not answer; see {self.workdir / 'dockerd.log'}")
+
+    def start(self) -> None:
+        import io
+        import tarfile
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._start_engine()
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(self.busybox, "bin/busybox")
+            for tool in ("sh", "awk", "sleep"):
+                link = tarfile.TarInfo(f"bin/{tool}")
+                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+                tar.addfile(link)
+        self._docker("import", "-", "campaign-busybox:1", input=buf.getvalue())
+        for i in range(self.JOBS):
+            name = f"ej{i}-{self.tag[-8:]}"
+            self._docker("run", "-d", "--name", name, "--network", "none",
+                         "--label", f"{self.tag}=true",
+                         "--cpu-period", "100000", "--cpu-quota", str(self.OWNER_QUOTA),
+                         "campaign-busybox:1", "sh", "-c", ENGINE_JOB)
+            self.names.append(name)
+        self.agent_log = self.workdir / "agent.log"
+        self._start_agent()
+
+    def _start_agent(self) -> None:
+        with self.agent_log.open("ab") as out:
+            self.agent = subprocess.Popen(
+                [sys.executable, "-m", "specon_agent", "--docker-host", self.url,
+                 "--label", self.tag, "--poll-s", "0.5", "--interval-s", "2",
+                 "--originals-file", str(self.workdir / "originals.json"),
+                 "--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1"],
+                stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+
+    def quotas(self) -> dict[str, int]:
+        out = self._docker("inspect", "--format", "{{.Name}} {{.HostConfig.CpuQuota}}",
+                           *self.names)
+        return {n.lstrip("/"): int(q) for n, q in (ln.split() for ln in out.splitlines())}
+
+    def running(self) -> list[str]:
+        out = self._docker("ps", "--filter", f"label={self.tag}=true", "--format", "{{.Names}}")
+        return out.split()
+
+    def healthy(self) -> bool:
+        """The engine answering with every job running, and the agent alive and following
+        each (a limit sample for each)."""
+        if self.agent is None or self.agent.poll() is not None:
+            return False
+        try:
+            if sorted(self.running()) != sorted(self.names):
+                return False
+        except (RuntimeError, subprocess.TimeoutExpired):
+            return False
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=1).text
+        except httpx.HTTPError:
+            return False
+        return all(_metric(text, "specon_agent_job_cpu_limit_cores", namespace="docker",
+                           pod=n, container="main") is not None for n in self.names)
+
+    def restart(self, rec: FaultRecord) -> None:
+        assert self.dockerd is not None
+        self.dockerd.send_signal(signal.SIGTERM)
+        try:
+            self.dockerd.wait(60)
+        except subprocess.TimeoutExpired:
+            self.dockerd.kill()
+            self.dockerd.wait(10)
+        down = self.rng.uniform(0.5, 3)
+        rec.detail = f"private dockerd stopped, started again after {down:.1f} s"
+        time.sleep(down)
+        self._start_engine()
+        rec.lifted = time.monotonic()
+
+    def finish(self, violations: list[str]) -> None:
+        alive = self.running()
+        lost = sorted(set(self.names) - set(alive))
+        if lost:
+            violations.append(f"engine lane: jobs gone after the engine restarts: {lost}")
+        assert self.agent is not None
+        self.agent.send_signal(signal.SIGTERM)
+        try:
+            code = self.agent.wait(30)
+        except subprocess.TimeoutExpired:
+            self.agent.kill()
+            code = -9
+        if code != 0:
+            violations.append(f"engine lane: the agent exited {code} on SIGTERM")
+        wrong = {n: q for n, q in self.quotas().items() if q != self.OWNER_QUOTA}
+        if wrong:
+            violations.append(f"engine lane: CPU quotas not the owner's {self.OWNER_QUOTA} after "
+                              f"the agent left: {wrong}")
+
+    def changed_limits(self) -> int:
+        """How many limit changes the agent logged (the lane did throttle)."""
+        text = self.agent_log.read_text(errors="replace") if self.agent_log.exists() else ""
+        return text.count("cpu limit")
+
+    def close(self) -> None:
+        import shutil
+
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.kill()
+        with contextlib.suppress(Exception):
+            if self.names:
+                self._docker("rm", "-f", *self.names)
+        if self.dockerd is not None and self.dockerd.poll() is None:
+            self.dockerd.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.dockerd.wait(60)
+        # the engine's own containerd, should it outlive it
+        subprocess.run(["pkill", "-f", str(self.root)], check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 # -- the world -------------------------------------------------------------------------------
 class World:
     """Everything of one campaign run; see the module docstring."""
 
     def __init__(self, plane: Plane, namespace: str, workdir: Path, seed: int,
-                 nodes: int = 4, active_jobs: int = 8, job_steps: tuple[int, int] = (150, 300),
-                 log: Callable[[str], None] = print) -> None:
+                 nodes: int = 4, active_jobs: int = 12, job_steps: tuple[int, int] = (150, 300),
+                 log: Callable[[str], None] = print, engine: bool = False) -> None:
         self.plane, self.ns, self.workdir = plane, namespace, workdir
         self.rng = random.Random(seed)
         self.log = log
@@ -325,6 +497,8 @@ class World:
         self._stop = threading.Event()
         self.api = Api(plane)
         self.t0 = time.monotonic()
+        self.engine = EngineLane(workdir / "engine", self.rng, log) if engine else None
+        self.kinds = KINDS if engine else PLANE_KINDS
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -338,7 +512,10 @@ class World:
                                 self.shared) for n in self.nodes}
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True)
         self._ticker.start()
-        self.wait_healthy(time.monotonic(), timeout=90)
+        if self.engine is not None:
+            self.engine.start()
+        if self.wait_healthy(time.monotonic(), timeout=90) is None:
+            raise RuntimeError(f"the world did not come up: {self.diagnose()}")
 
     def close(self) -> None:
         self._stop.set()
@@ -354,6 +531,8 @@ class World:
             self.relay.close()
         with contextlib.suppress(Exception):
             self.plane.stop_scheduler(SCHED)
+        if self.engine is not None:
+            self.engine.close()
         self.api.close()
 
     # -- the kubelet's and the jobs' part, every 0.2 s -----------------------------------------
@@ -408,8 +587,8 @@ class World:
         d.mkdir(parents=True, exist_ok=True)
         self.plane.kubectl("apply", "-n", self.ns, "-f", "-",
                            input=json.dumps(_pod(name, self.tag, f"jobs/{name}")))
-        # two in three converge early (and may be moved), one keeps progressing all along
-        tau = self.rng.choice((12.0, 12.0, 400.0))
+        # half converge early (and may be moved), half keep progressing all along
+        tau = self.rng.choice((12.0, 400.0))
         self.jobs[name] = Job(name, steps, JobStandIn(d, name), tau)
 
     def _drive(self, job: Job, pods: list[dict[str, Any]]) -> None:
@@ -533,7 +712,7 @@ class World:
                 return False
             if a.heartbeats_ok() <= self._hb_base.get(a.node, 0.0):
                 return False
-        return True
+        return self.engine is None or self.engine.healthy()
 
     def wait_healthy(self, lifted: float, timeout: float = 120) -> float | None:
         self._hb_base = {n: a.heartbeats_ok() for n, a in self.agents.items()}
@@ -661,6 +840,10 @@ class World:
                 rec.detail = "no checkpoint to corrupt"
             self._arm_corrupt = None
 
+    def _f_engine_restart(self, rec: FaultRecord, _: Any) -> None:
+        assert self.engine is not None
+        self.engine.restart(rec)
+
     def _f_heartbeat_storm(self, rec: FaultRecord, _: Any) -> None:
         lasting = self.rng.uniform(2, 5)
         counts: dict[str, int] = {}
@@ -714,6 +897,8 @@ class World:
             if lim != OWNER_LIMIT:
                 self.violations.append(f"{p['metadata']['name']}: CPU limit {lim} after the "
                                        f"agents left, its owner set {OWNER_LIMIT}")
+        if self.engine is not None:
+            self.engine.finish(self.violations)
         deadline = time.monotonic() + drain_timeout
         while time.monotonic() < deadline and not all(j.done for j in self.jobs.values()):
             time.sleep(0.5)
@@ -740,7 +925,7 @@ def draw(rng: random.Random, n: int, kinds: tuple[str, ...] = KINDS) -> list[str
 def run(world: World, n_faults: int, gap_s: tuple[float, float] = (1, 4),
         outage_s: tuple[float, float] = (5, 30)) -> None:
     world.start()
-    for kind in draw(world.rng, n_faults):
+    for kind in draw(world.rng, n_faults, world.kinds):
         time.sleep(world.rng.uniform(*gap_s))
         world.inject(kind, outage_s)
     world.finish()
