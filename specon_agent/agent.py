@@ -23,8 +23,9 @@ from typing import Any
 from specon import defaults
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
+from specon.core.node import NodeController
 from specon.core.threads import threads_for_limit
-from specon.core.urgency import Assessment, prioritised, qos_limits
+from specon.core.urgency import Assessment
 from specon.sdk import SAVED_FILE
 from specon.wire import (
     CheckpointRequest,
@@ -37,7 +38,6 @@ from specon.wire import (
 )
 
 from .actuators import Actuator, ActuatorError, ContainerGone
-from .control import NodeControl
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Event, Resync, Target
 from .manager import ManagerLink
@@ -125,7 +125,8 @@ class Agent:
         self.link = link
         self.metrics = metrics or AgentMetrics()
         self.clock = clock
-        self.control = NodeControl(config.flow_params(), config.alpha)
+        # CPU counters are in nanoseconds (cgroup cpu.stat, Docker's stats).
+        self.control = NodeController(config.flow_params(), config.alpha, per_second=1e9)
         self.interval_s = config.interval_s
         self.jobs: dict[str, _Followed] = {}
         self.events: queue.Queue[Event] = queue.Queue()
@@ -134,7 +135,6 @@ class Agent:
         self.next_poll = now
         self.next_cat = now + self.interval_s
         self.next_qos = now + config.qos_interval_s
-        self.first: frozenset[str] = frozenset()  # jobs given the CPU first (docs/qos.md)
         self.seq = 0
         self._retry_at = -math.inf
         self.metrics.node_cpus.set(actuator.node_cpus)
@@ -379,19 +379,15 @@ class Agent:
                          _fmt(a.slack_s), _fmt(a.need_cores))
             if q.reached_at is not None and q.spec.stop_at_target and not q.stop_asked:
                 self._stop_at_target(job)
-        if not any(a is not None for a in judged.values()):
-            return
-        floor = min(1.0, self.config.qos_floor_cores / cpus)
-        was = self.first
-        self.first = prioritised(judged, cpus, was)
-        limits = {cid: v for cid, v in qos_limits(judged, cpus, floor, self.first).items()
-                  if v is not None}
-        if self.control.set_qos_limits(limits, floor):
+        was = self.control.first
+        _, changed = self.control.judge_qos(judged, cpus, self.config.qos_floor_cores)
+        if changed:
             # The limits follow each job's need at every tick: say so at info level only when
             # the set of jobs given the node changes.
-            log.log(logging.INFO if self.first != was else logging.DEBUG,
+            log.log(logging.INFO if self.control.first != was else logging.DEBUG,
                     "QoS limits (cores): %s", ", ".join(
-                        f"{self.jobs[c].target.name}={v * cpus:.2f}" for c, v in limits.items())
+                        f"{self.jobs[c].target.name}={v * cpus:.2f}"
+                        for c, v in self.control.qos_limits.items())
                     or "none (FlowCon decides)")
 
     def _stop_at_target(self, job: _Followed) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 from specon import names
 from specon.core.categorize import Category
 from specon.core.qos_sched import migration_hold
-from specon.core.scoring import WorkerView, choose_host
+from specon.core.scoring import WorkerView, decide_reallocation
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
 from specon_manager.kube import (
     Kube,
@@ -100,13 +100,18 @@ class Migration:
         return m if m.phase in PHASES else None
 
 
+#: Why a pod may not move now but may later (or is about to go): its worker asks again.
+ENDING = ("the pod is terminating", "the pod is not running", "the pod's Job is gone")
+
+
 def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str) -> str | None:
-    """None when this pod may be migrated, else why not (a sentence for events and replies)."""
+    """None when this pod may be migrated, else why not (a sentence for events and replies;
+    one of :data:`ENDING` when the pod is going away)."""
     md = meta(pod)
     if md.get("deletionTimestamp"):
-        return "the pod is terminating"
+        return ENDING[0]
     if (pod.get("status") or {}).get("phase") != "Running":
-        return "the pod is not running"
+        return ENDING[1]
     if labels_of(pod).get(LABEL_MIGRATABLE) != "true":
         return f"the pod did not opt in to migration (label {LABEL_MIGRATABLE}=true)"
     ref = controller_ref(pod)
@@ -115,7 +120,7 @@ def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str
         if ref.get("kind") != "Job":
             return f"the pod is owned by a {ref.get('kind')}, which the manager cannot rely on"
         if job is None:
-            return "the pod's Job is gone"
+            return ENDING[2]
         spec = job.get("spec") or {}
         if spec.get("podReplacementPolicy") != "Failed":
             return ("its Job does not set podReplacementPolicy: Failed (a replacement could "
@@ -302,10 +307,22 @@ class MigrationController:
             ns, name = md["namespace"], md["name"]
             job = self._job_of(pod)
             why = why_not_movable(pod, job, reason)
+            if why in ENDING:
+                return ReallocationReply(decision="refused", reason=why)
+            if why is not None and "already" in why:
+                return ReallocationReply(decision="stay", reason=why, migrated=True)
             if why is not None:
-                migrated = "already" in why
-                return ReallocationReply(decision="stay" if migrated else "refused", reason=why,
-                                         migrated=migrated)
+                if target is not None:
+                    return ReallocationReply(decision="refused", reason=why)
+                # Never movable (not opted in, an owner the manager cannot rely on): the
+                # simulator's rule too, judged best where it is and marked, so that its agent
+                # stops asking; nothing is written to the pod.
+                source = str((pod.get("spec") or {}).get("nodeName") or "")
+                d = decide_reallocation((), self.state.weights, source, movable=False)
+                log.info("%s/%s stays where it is: %s", ns, name, why)
+                assert d.decision == "stay"
+                return ReallocationReply(decision="stay", target=source, migrated=d.migrated,
+                                         reason=why)
             if any(m.namespace == ns and m.pod == name for m in self._migrations.values()):
                 return ReallocationReply(decision="refused", reason="already migrating")
             hold = self.qos_hold(pod)
@@ -324,25 +341,23 @@ class MigrationController:
                 found = self.state.find_job(ns, name)
                 category = found[1].category if found else Category.CONVERGED
                 closed = (busy | cordoned) - {source}
-                views = [v if v.name not in closed else
-                         WorkerView(v.name, v.progressing, v.watching, v.converged, v.load, False)
+                views = [v if v.name not in closed else replace(v, available=False)
                          for v in self.state.views(self.state.fresh_nodes())]
                 if source not in {v.name for v in views}:
                     views.append(WorkerView(source, available=False))
-                choice = choose_host(views, self.state.weights, current_host=source,
-                                     category=category)
-                if choice.stay:
+                d = decide_reallocation(views, self.state.weights, source, category)
+                if d.decision == "stay":
                     self._mark(pod, job, {A_MIGRATED: "stayed",
                                           A_MIGRATED_AT: f"{now:.3f}"})
                     self.metrics.migrations.labels("stayed").inc()
                     self._event(pod, "MigrationNotNeeded",
-                                f"{name} is best where it is (scores {dict(choice.scores)})")
+                                f"{name} is best where it is (scores {dict(d.scores)})")
                     return ReallocationReply(decision="stay", target=source, migrated=True,
-                                             reason="the current node is among the best")
-                if choice.target is None:
-                    return ReallocationReply(decision="refused", reason="no known node can "
-                                             "take the job (nodes unknown or busy)")
-                target = choice.target
+                                             reason=d.reason)
+                if d.target is None:
+                    return ReallocationReply(decision="refused", reason=f"{d.reason} (nodes "
+                                             "unknown or busy)")
+                target = d.target
             elif target in busy:
                 return ReallocationReply(decision="refused",
                                          reason=f"a migration is in flight on node {target}")

@@ -17,7 +17,13 @@ import numpy.typing as npt
 from specon import names
 from specon.core.categorize import Category
 from specon.core.qos_sched import qos_priorities
-from specon.core.scoring import Weights, WorkerView, placement_priorities
+from specon.core.scoring import (
+    INCOMING,
+    Weights,
+    WorkerView,
+    placement_priorities,
+    worker_view,
+)
 from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
@@ -175,9 +181,7 @@ class ClusterState:
         ``raw``: the JSON ``hb`` was validated from, kept as is when it is not padded."""
         now = self.clock()
         rec = NodeRecord(hb, now, raw)
-        c = rec.categories
-        score = WorkerView(hb.node, c[Category.PROGRESSING], c[Category.WATCHING],
-                           c[Category.CONVERGED]).score(self.weights)
+        score = worker_view(hb.node, rec.categories).score(self.weights)
         with self._lock:
             old = self._nodes.get(hb.node)
             # A late, reordered heartbeat from the same agent never replaces a newer one.
@@ -214,7 +218,7 @@ class ClusterState:
             for target, count in incoming.items():
                 row = t.row.get(target)
                 if row is not None:
-                    score[rows == row] += count * self.weights.converged
+                    score[rows == row] += count * self.weights.of(INCOMING)
         fresh = (self.clock() - received) <= self.stale_after_s
         return placement_priorities(score, load, fresh, max_score).tolist()  # type: ignore[no-any-return]
 
@@ -325,19 +329,13 @@ class ClusterState:
                     out.append(WorkerView(name, available=False))
                     continue
                 c = rec.categories
-                pc, wc, cc = c[Category.PROGRESSING], c[Category.WATCHING], c[Category.CONVERGED]
                 if exclude and not exclude.isdisjoint(rec.pods):
                     # decode only the nodes that report an excluded pod
+                    c = dict(c)
                     for j in rec.heartbeat.jobs:
                         if pod_key(j.namespace, j.pod) in exclude:
-                            if j.category is Category.PROGRESSING:
-                                pc -= 1
-                            elif j.category is Category.WATCHING:
-                                wc -= 1
-                            else:
-                                cc -= 1
-                cc += incoming.get(name, 0)
-                out.append(WorkerView(name, pc, wc, cc, rec.load, True))
+                            c[j.category] -= 1
+                out.append(worker_view(name, c, incoming.get(name, 0), rec.load))
         return out
 
     # -- reservations ---------------------------------------------------------------------------

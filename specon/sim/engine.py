@@ -2,6 +2,7 @@
 
 It runs the core algorithms unchanged (growth, FlowCon, Algorithms 3-5): the simulator is just
 another adapter that turns simulated progress into their inputs and applies their decisions.
+Each worker has the node controller the agent runs on a real node (specon.core.node).
 Between two events every job's rate is constant, so progress is advanced analytically and only
 on the workers an event touches.
 
@@ -18,12 +19,11 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from specon.core import flowcon
-from specon.core.categorize import Category, JobState, categorize
-from specon.core.flowcon import FlowConParams, FlowConState
-from specon.core.growth import Growth, LossTrack
+from specon.core.categorize import JobState
+from specon.core.flowcon import FlowConParams
+from specon.core.node import JobView, NodeController
 from specon.core.predict import fit_curve
 from specon.core.progress import (
     STARVED,
@@ -34,7 +34,7 @@ from specon.core.progress import (
     plan_moves,
 )
 from specon.core.rebalance import PlacedJob, plan_rebalance
-from specon.core.scoring import WorkerView, choose_host
+from specon.core.scoring import WorkerView, choose_host, decide_reallocation, worker_view
 from specon.core.speedup import Curve, interference, thread_speed
 from specon.core.threads import threads_for_limit
 from specon.core.urgency import (
@@ -42,8 +42,6 @@ from specon.core.urgency import (
     ON_TRACK,
     Assessment,
     assess,
-    prioritised,
-    qos_limits,
     urgency,
 )
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
@@ -83,43 +81,29 @@ def ninety_iteration(profile: Profile) -> float:
     return it if it is not None else float(profile.iterations)
 
 
-class _Probe:
-    """One algorithm's view of a job between its ticks."""
-
-    __slots__ = ("cpu", "seen", "t", "track")
-
-    def __init__(self, t: float) -> None:
-        self.track = LossTrack()
-        self.seen = 0
-        self.t = t
-        self.cpu = 0.0
-
-
 class _Job:
     __slots__ = (
         "attained",
-        "cat",
-        "cat_probe",
         "cores",
         "cost_seen",
         "curve",
         "done",
         "end_iter",
-        "flow",
         "iter_cost",
-        "last_eff",
         "max_cores",
         "milestones",
         "profile",
         "rate",
         "rebalanced",
         "result",
+        "seen",
         "spec",
         "state",
         "target_fit",
         "threads",
         "total_known",
         "version",
+        "view",
         "worker",
     )
 
@@ -146,10 +130,9 @@ class _Job:
         self.version = 0
         self.worker: str | None = None
         self.state = "pending"
-        self.cat = JobState()
-        self.flow = _Probe(0.0)
-        self.cat_probe = _Probe(spec.submit_s)
-        self.last_eff: float | None = None
+        #: What the node controller knows of it (it moves with the job).
+        self.view = JobView.new(spec.submit_s, 0.0)
+        self.seen = 0  # log lines handed to the node controller
         self.rebalanced = False
         self.milestones = milestones  # (iteration, kind) ascending
         #: Where the job ends: its last iteration, or its target when it stops there.
@@ -167,34 +150,43 @@ class _Job:
         n = len(self.profile.loss)
         return min(n, int(self.done * n / self.profile.iterations + 1e-9))
 
-    def samples(self, probe: _Probe) -> list[float]:
-        k = self.logged()
-        out = list(self.profile.loss[probe.seen : k])
-        probe.seen = k
-        return out
+    @property
+    def cat(self) -> JobState:
+        return self.view.cat
 
-    def measure(self, probe: _Probe, now: float) -> Growth | None:
-        """Close one interval of ``probe``: its growth since the probe's last reading."""
-        probe.track, growth = probe.track.observe(self.samples(probe), now - probe.t, probe.cpu)
-        probe.t = now
-        probe.cpu = 0.0
-        return growth
+    @property
+    def last_eff(self) -> float | None:
+        return self.view.efficiency
+
+    def new_losses(self) -> list[float]:
+        """The log lines written since the last call."""
+        k = self.logged()
+        out = list(self.profile.loss[self.seen : k])
+        self.seen = k
+        return out
 
 
 class _Worker:
-    __slots__ = ("cpus", "first", "flow", "inflight", "jobs", "last_t", "name", "reserved",
-                 "speed")
+    __slots__ = ("cpus", "ctl", "inflight", "jobs", "last_t", "name", "reserved", "speed")
 
-    def __init__(self, name: str, cpus: float, speed: float, params: FlowConParams) -> None:
+    def __init__(self, name: str, cpus: float, speed: float, params: FlowConParams,
+                 alpha: float) -> None:
         self.name = name
         self.cpus = cpus
         self.speed = speed
         self.jobs: dict[str, _Job] = {}
-        self.flow = FlowConState(itval_s=params.itval_s)
+        #: The node controller the agent runs (FlowCon, categories, QoS limits); its CPU
+        #: counters are each job's attained core-seconds.
+        self.ctl = NodeController(params, alpha)
         self.last_t = 0.0
         self.inflight = 0
         self.reserved: set[str] = set()
-        self.first: frozenset[str] = frozenset()  # the agent's QoS rule (share "agent-qos")
+
+    def feed(self) -> dict[str, float]:
+        """Hand the controller the losses logged since the last call; each job's CPU counter."""
+        for name, job in self.jobs.items():
+            self.ctl.add_losses(name, job.new_losses())
+        return {name: job.attained for name, job in self.jobs.items()}
 
 
 class Simulator:
@@ -225,7 +217,7 @@ class Simulator:
             max_itval_s=max(self.cfg.flowcon_max_itval_s, self.cfg.interval_s),
         )
         self.workers = {
-            ws.name: _Worker(ws.name, ws.cpus, ws.speed, self.fparams)
+            ws.name: _Worker(ws.name, ws.cpus, ws.speed, self.fparams, self.cfg.alpha)
             for ws in workload.cluster.workers
         }
         ninety = {name: ninety_iteration(p) for name, p in workload.profiles.items()}
@@ -317,17 +309,15 @@ class Simulator:
                             job.result.reached_90_s = at
                         else:
                             job.result.target_reached_s = at
-                used = job.cores * dt
-                job.attained += used
-                job.flow.cpu += used
-                job.cat_probe.cpu += used
+                job.attained += job.cores * dt
         w.last_t = t
 
     def _allocate(self, w: _Worker) -> None:
         """Divide the worker's CPU among its jobs and reschedule their completions."""
         self._view_cache.pop(w.name, None)
         jobs = list(w.jobs.values())
-        caps = [min(self._demand(j), w.flow.limits.get(j.spec.name, 1.0) * w.cpus)
+        flow = w.ctl.flow.limits
+        caps = [min(self._demand(j), flow.get(j.spec.name, 1.0) * w.cpus)
                 for j in jobs]
         cores = SHARE_RULES[self.policy.share].divide(self, w, jobs, caps)
         total = sum(cores)
@@ -438,9 +428,7 @@ class Simulator:
                 steps = max(0.0, j.profile.iterations - j.done)
             left = (spec.submit_s + spec.deadline_s - self.now) if spec.deadline_s else math.inf
             judged[spec.name] = assess(steps, j.rate, j.cores, j.max_cores, left, reached)
-        w.first = prioritised(judged, w.cpus, w.first)
-        floor = min(1.0, self.cfg.qos_floor_cores / w.cpus)
-        limits = qos_limits(judged, w.cpus, floor, w.first)
+        limits, _ = w.ctl.judge_qos(judged, w.cpus, self.cfg.qos_floor_cores)
         out = []
         for j, c in zip(jobs, caps, strict=True):
             lim = limits[j.spec.name]
@@ -505,17 +493,9 @@ class Simulator:
             if cached is not None:
                 views.append(cached)
                 continue
-            pc = wc = cc = 0
-            for job in w.jobs.values():
-                if job.cat.category is Category.PROGRESSING:
-                    pc += 1
-                elif job.cat.category is Category.WATCHING:
-                    wc += 1
-                else:
-                    cc += 1
-            cc += len(w.reserved)
             used = self.cpu[w.name][-1][1] / w.cpus
-            view = WorkerView(w.name, pc, wc, cc, used, capacity=w.cpus * w.speed)
+            view = worker_view(w.name, w.ctl.counts(), len(w.reserved), used,
+                               capacity=w.cpus * w.speed)
             self._view_cache[w.name] = view
             views.append(view)
         return views
@@ -535,11 +515,8 @@ class Simulator:
         told = job.spec.cores
         job.threads = min(told if told is not None else w.cpus, job.curve.max_cores)
         w.jobs[job.spec.name] = job
-        job.flow.t = self.now
-        job.flow.cpu = 0.0
-        if self.policy.flowcon:
-            w.flow = flowcon.add_container(w.flow, job.spec.name, self.fparams)
-            self._flow_listener(w)
+        w.ctl.arrive(job.spec.name, self.now, job.attained, job.view)
+        self._flow_schedule(w)
         self._allocate(w)
         self._count(w)
 
@@ -552,9 +529,8 @@ class Simulator:
         job.version += 1
         if self.cfg.record_timeline:
             self.shares.setdefault(job.spec.name, []).append((self.now, "", 0.0))
-        if self.policy.flowcon:
-            w.flow = flowcon.remove_container(w.flow, job.spec.name, self.fparams)
-            self._flow_listener(w)
+        w.ctl.depart(job.spec.name, self.now)
+        self._flow_schedule(w)
         self._allocate(w)
         self._count(w)
 
@@ -568,40 +544,22 @@ class Simulator:
         self.remaining -= 1
 
     # -- FlowCon --------------------------------------------------------------------------
-    def _flow_listener(self, w: _Worker) -> None:
-        """Algorithm 2: reset the interval to its base and recompute the limits at once.
-
-        The limits are recomputed from the latest efficiencies without reclassifying (a few
-        seconds of log are no interval); the next classification comes at most one base
-        interval later, so frequent arrivals cannot postpone it forever.
-        """
-        eff = {n: j.last_eff for n, j in w.jobs.items()}
-        w.flow = flowcon.step(w.flow, eff, self.fparams, classify=False)
-        if not w.flow.lists:
-            self.flow_versions[w.name] += 1
-            self.flow_next[w.name] = math.inf
+    def _flow_schedule(self, w: _Worker) -> None:
+        """Follow the controller's next FlowCon interval (its listener may have moved it)."""
+        if not self.policy.flowcon:
             return
-        due = min(self.flow_next[w.name], self.now + w.flow.itval_s)
+        due = w.ctl.flow_due
         if due != self.flow_next[w.name]:
             self.flow_versions[w.name] += 1
             self.flow_next[w.name] = due
-            self.push(due, FLOW_TICK, w.name, self.flow_versions[w.name])
+            if due < math.inf:
+                self.push(due, FLOW_TICK, w.name, self.flow_versions[w.name])
 
     def _flow_tick(self, w: _Worker) -> None:
         self._advance(w)
-        eff: dict[str, float | None] = {}
-        for name, job in w.jobs.items():
-            g = job.measure(job.flow, self.now)
-            eff[name] = g.efficiency if g is not None else None
-            if g is not None:
-                job.last_eff = g.efficiency
-        w.flow = flowcon.step(w.flow, eff, self.fparams)
+        w.ctl.flow_tick(self.now, w.feed())
         self._allocate(w)
-        self.flow_versions[w.name] += 1
-        self.flow_next[w.name] = math.inf
-        if w.flow.lists:
-            self.flow_next[w.name] = self.now + w.flow.itval_s
-            self.push(self.now + w.flow.itval_s, FLOW_TICK, w.name, self.flow_versions[w.name])
+        self._flow_schedule(w)
 
     # -- SpeCon: categories, migration, rebalancing ------------------------------------------
     def _tick(self) -> None:
@@ -639,42 +597,31 @@ class Simulator:
                 self._move(job, src, dst, "migrate")
 
     def _measure(self, w: _Worker) -> None:
-        """Efficiency per job for SLAQ's predictions (same growth code as FlowCon)."""
-        for job in w.jobs.values():
-            g = job.measure(job.flow, self.now)
-            if g is not None:
-                job.last_eff = g.efficiency
+        """Efficiency per job for SLAQ's predictions (FlowCon's measurement, no limits)."""
+        w.ctl.measure(self.now, w.feed())
 
     def _categorize(self, w: _Worker) -> list[_Job]:
-        growth: dict[str, float | None] = {}
-        for name, job in w.jobs.items():
-            g = job.measure(job.cat_probe, self.now)
-            growth[name] = g.progress if g is not None else None
-        res = categorize({n: j.cat for n, j in w.jobs.items()}, growth, self.cfg.alpha)
+        requests = w.ctl.categorize_tick(self.now, w.feed())
         self._view_cache.pop(w.name, None)
-        for name, st in res.states.items():
-            w.jobs[name].cat = st
-        return [w.jobs[n] for n in res.reallocation_requests]
+        return [w.jobs[n] for n in requests]
 
     def _reallocate(self, job: _Job) -> None:
-        """Algorithm 4 for one reallocation request."""
+        """Algorithm 4 for one reallocation request (specon.core.scoring.decide_reallocation,
+        the manager's rule)."""
         src = self.workers[job.worker or ""]
         if job.cat.migrated or job.state != "running":
             return
-        fits = self._fits(job)
-        decision = choose_host(
-            self._views(fits), self.cfg.weights, current_host=src.name,
-            category=job.cat.category,
-        )
-        if decision.target is None or decision.stay or not job.spec.migratable:
-            job.cat = replace(job.cat, migrated=True)
-            self._mark(job)
+        d = decide_reallocation(self._views(self._fits(job)), self.cfg.weights, src.name,
+                                job.cat.category, movable=job.spec.migratable)
+        if d.decision == "wait":
             return
-        if not self._can_move(src, self.workers[decision.target]):
+        dst = self.workers[d.target] if d.decision == "migrate" and d.target else None
+        if dst is not None and not self._can_move(src, dst):
             return  # caps reached: the request is raised again at the next interval
-        job.cat = replace(job.cat, migrated=True)
+        src.ctl.mark_migrated(job.spec.name)
         self._mark(job)
-        self._move(job, src, self.workers[decision.target], "migrate")
+        if dst is not None:
+            self._move(job, src, dst, "migrate")
 
     def _mark(self, job: _Job) -> None:
         """Remember when the job was marked migrated (its converged duration starts here)."""
@@ -713,8 +660,6 @@ class Simulator:
         dst.reserved.discard(job.spec.name)
         self._view_cache.pop(dst.name, None)
         self.migrating -= 1
-        job.cat_probe.t = self.now
-        job.cat_probe.cpu = 0.0
         self._join(job, dst)
 
     def _rebalance(self) -> None:

@@ -1,9 +1,10 @@
-"""The node's control state: FlowCon lists and limits, SpeCon categories, and each job's loss
-track, driven exactly as the simulator drives them (specon/sim/engine.py: ``_flow_listener``,
-``_flow_tick``, ``_categorize``), so that the agent and the simulator behave the same.
+"""The node controller: one node's FlowCon lists and limits (Algorithms 1-2), its SpeCon
+categories (Algorithm 3), its quality-target limits and each job's loss track.
 
-No I/O and no clock: the agent feeds loss values, cumulative CPU counters and the time; this
-returns limits and reallocation requests.
+One object per node, driven the same way by the agent (one per real node) and by the
+simulator (one per simulated worker): jobs arrive and depart, losses are added as they are
+logged, and at each interval the caller hands in the time and each job's cumulative CPU
+counter. No I/O and no clock: it returns limits and reallocation requests.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from specon.core import flowcon
 from specon.core.categorize import Category, JobState, categorize
 from specon.core.flowcon import FlowConParams, FlowConState, FlowList
 from specon.core.growth import Growth, LossTrack
+from specon.core.urgency import Assessment, prioritised, qos_limits
+
+#: A cumulative CPU counter (in the controller's unit; None: unknown).
+Counter = int | float | None
 
 
 @dataclass
@@ -23,49 +28,64 @@ class Probe:
     """One algorithm's view of a job between two of its ticks."""
 
     t: float
-    cpu_ns: int | None = None  # the job's cumulative CPU time at ``t`` (None: unknown)
+    cpu: Counter = None  # the job's cumulative CPU counter at ``t``
     track: LossTrack = field(default_factory=LossTrack)
     samples: list[float] = field(default_factory=list)
 
-    def observe(self, now: float, cpu_ns: int | None) -> tuple[Growth | None, bool]:
-        """Close the interval at ``now``: (growth, whether the CPU use over it is known)."""
-        cpu_known = cpu_ns is not None and self.cpu_ns is not None and cpu_ns >= self.cpu_ns
-        cpu_s = (cpu_ns - self.cpu_ns) / 1e9 if cpu_known else 0.0  # type: ignore[operator]
+    def restart(self, now: float, cpu: Counter) -> None:
+        """Start a new interval at ``now`` (the job (re)started on this node)."""
+        self.t, self.cpu = now, cpu
+
+    def observe(self, now: float, cpu: Counter, per_second: float) -> tuple[Growth | None, bool]:
+        """Close the interval at ``now``: (growth, whether the CPU use over it is known).
+        ``per_second``: counter units per CPU-second."""
+        known = cpu is not None and self.cpu is not None and cpu >= self.cpu
+        cpu_s = (cpu - self.cpu) / per_second if known else 0.0  # type: ignore[operator]
         self.track, g = self.track.observe(self.samples, now - self.t, cpu_s)
         self.samples = []
         self.t = now
-        self.cpu_ns = cpu_ns
-        return g, cpu_known
+        self.cpu = cpu
+        return g, known
 
 
 @dataclass
 class JobView:
-    """What the agent knows of one job (reported in heartbeats and metrics)."""
+    """What the controller knows of one job (the agent reports it in heartbeats and metrics).
+    A job that moves takes its view along (the simulator hands it to the next node)."""
 
     flow: Probe
     cat_probe: Probe
     cat: JobState = field(default_factory=JobState)
     efficiency: float | None = None  # last FlowCon measurement
     growth: Growth | None = None  # last categorisation measurement
-    cores: float = 0.0  # CPU use over the last interval
+    cores: float = 0.0  # CPU use over the last FlowCon interval
     loss: float | None = None
 
+    @classmethod
+    def new(cls, now: float, cpu: Counter = None) -> JobView:
+        return cls(flow=Probe(now, cpu), cat_probe=Probe(now, cpu))
 
-class NodeControl:
-    """FlowCon and Algorithm 3 for the jobs of one node."""
 
-    def __init__(self, params: FlowConParams, alpha: float) -> None:
+class NodeController:
+    """FlowCon, Algorithm 3 and the quality-target limits for the jobs of one node."""
+
+    def __init__(self, params: FlowConParams, alpha: float, per_second: float = 1.0) -> None:
         self.params = params
         self.alpha = alpha
+        #: Units of the CPU counters per CPU-second (the agent's are nanoseconds).
+        self.per_second = per_second
         self.flow = FlowConState(itval_s=params.itval_s)
         self.jobs: dict[str, JobView] = {}
+        #: When the next FlowCon interval is due (inf: no job).
         self.flow_due = math.inf
         #: Set whenever the limits may have changed and must be applied.
         self.dirty = False
-        #: Limits the quality targets and deadlines decided (specon_agent/qos.py); they
-        #: replace FlowCon's for those jobs. ``qos_floor``: the lowest such a limit goes.
+        #: Limits the quality targets and deadlines decided (:meth:`judge_qos`); they replace
+        #: FlowCon's for those jobs. ``qos_floor``: the lowest such a limit goes; ``first``:
+        #: the jobs given the CPU first (docs/qos.md).
         self.qos_limits: dict[str, float] = {}
         self.qos_floor = 0.0
+        self.first: frozenset[str] = frozenset()
 
     # -- parameters (from the manager) --------------------------------------------------------
     def set_parameters(self, alpha: float, flow_alpha: float, beta: float) -> bool:
@@ -76,22 +96,34 @@ class NodeControl:
         return True
 
     # -- listener (Algorithm 2) ---------------------------------------------------------------
-    def arrive(self, cid: str, now: float, cpu_ns: int | None) -> None:
+    def arrive(self, cid: str, now: float, cpu: Counter, view: JobView | None = None) -> None:
+        """A job starts on the node (``view``: the state it brings from another node)."""
         if cid in self.jobs:
             return
-        self.jobs[cid] = JobView(flow=Probe(now, cpu_ns), cat_probe=Probe(now, cpu_ns))
+        if view is None:
+            view = JobView.new(now, cpu)
+        else:
+            view.flow.restart(now, cpu)
+            view.cat_probe.restart(now, cpu)
+        self.jobs[cid] = view
         self.flow = flowcon.add_container(self.flow, cid, self.params)
         self._listener(now)
 
-    def depart(self, cid: str, now: float) -> bool:
-        if self.jobs.pop(cid, None) is None:
-            return False
+    def depart(self, cid: str, now: float) -> JobView | None:
+        """A job leaves the node; returns its view (None: it was not here)."""
+        view = self.jobs.pop(cid, None)
+        if view is None:
+            return None
         self.qos_limits.pop(cid, None)
         self.flow = flowcon.remove_container(self.flow, cid, self.params)
         self._listener(now)
-        return True
+        return view
 
     def _listener(self, now: float) -> None:
+        """Reset the interval to its base and recompute the limits at once, from the latest
+        efficiencies, without reclassifying (a few seconds of log are not an interval); the
+        next classification comes at most one base interval later, so a stream of arrivals
+        cannot postpone it forever."""
         eff = {cid: j.efficiency for cid, j in self.jobs.items()}
         self.flow = flowcon.step(self.flow, eff, self.params, classify=False)
         self.dirty = True
@@ -129,27 +161,31 @@ class NodeControl:
             job.loss = finite[-1]
 
     # -- intervals ----------------------------------------------------------------------------
-    def flow_tick(self, now: float, cpu_ns: Mapping[str, int | None]) -> None:
-        """Algorithm 1: one FlowCon interval over every job."""
+    def measure(self, now: float, cpu: Mapping[str, Counter]) -> dict[str, float | None]:
+        """Close one efficiency interval of every job: its growth efficiency (None: no
+        measurement, or no real CPU figure)."""
         eff: dict[str, float | None] = {}
         for cid, job in self.jobs.items():
-            g, cpu_known = job.flow.observe(now, cpu_ns.get(cid))
+            g, cpu_known = job.flow.observe(now, cpu.get(cid), self.per_second)
             if g is not None and cpu_known:
                 job.cores = g.cores
                 job.efficiency = g.efficiency
                 eff[cid] = g.efficiency
             else:
-                # Without a real CPU figure there is no efficiency: no measurement this time.
                 eff[cid] = None
-        self.flow = flowcon.step(self.flow, eff, self.params)
+        return eff
+
+    def flow_tick(self, now: float, cpu: Mapping[str, Counter]) -> None:
+        """Algorithm 1: one FlowCon interval over every job."""
+        self.flow = flowcon.step(self.flow, self.measure(now, cpu), self.params)
         self.dirty = True
         self.flow_due = now + self.flow.itval_s if self.flow.lists else math.inf
 
-    def categorize_tick(self, now: float, cpu_ns: Mapping[str, int | None]) -> tuple[str, ...]:
+    def categorize_tick(self, now: float, cpu: Mapping[str, Counter]) -> tuple[str, ...]:
         """Algorithm 3: one categorisation interval; returns the jobs to reallocate now."""
         growth: dict[str, float | None] = {}
         for cid, job in self.jobs.items():
-            g, _ = job.cat_probe.observe(now, cpu_ns.get(cid))
+            g, _ = job.cat_probe.observe(now, cpu.get(cid), self.per_second)
             if g is not None:
                 job.growth = g
             growth[cid] = g.progress if g is not None else None
@@ -162,6 +198,21 @@ class NodeControl:
         job = self.jobs.get(cid)
         if job is not None:
             job.cat = replace(job.cat, migrated=True)
+
+    # -- quality targets and deadlines (docs/qos.md) --------------------------------------------
+    def judge_qos(self, judged: Mapping[str, Assessment | None], cpus: float,
+                  floor_cores: float) -> tuple[dict[str, float | None], bool]:
+        """The node's QoS limits from each job's assessment (None: the job states no target or
+        deadline): who gets the CPU first, then the strict-priority division
+        (specon.core.urgency). Returns every job's limit (None: FlowCon's stands) and whether
+        the set ones (kept as :attr:`qos_limits`) changed. With no job judged nothing changes."""
+        if not any(a is not None for a in judged.values()):
+            return dict.fromkeys(judged), False
+        floor = min(1.0, floor_cores / cpus)
+        self.first = prioritised(judged, cpus, self.first)
+        limits = qos_limits(judged, cpus, floor, self.first)
+        changed = self.set_qos_limits({c: v for c, v in limits.items() if v is not None}, floor)
+        return limits, changed
 
     def set_qos_limits(self, limits: Mapping[str, float], floor: float) -> bool:
         """Replace the QoS overrides; True (and dirty) when they changed."""
