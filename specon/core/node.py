@@ -10,17 +10,41 @@ counter. No I/O and no clock: it returns limits and reallocation requests.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from specon.core import flowcon
 from specon.core.categorize import Category, JobState, categorize
 from specon.core.flowcon import FlowConParams, FlowConState, FlowList
 from specon.core.growth import Growth, LossTrack
+from specon.core.progress import JobLoad, node_shares
+from specon.core.scoring import Weights
 from specon.core.urgency import Assessment, prioritised, qos_limits
 
 #: A cumulative CPU counter (in the controller's unit; None: unknown).
 Counter = int | float | None
+
+#: A node share rule (a policy's ``share``): the cores each job may use on a node of ``cpus``
+#: CPUs, from what the policy knows of its jobs (``fair``: the share of an equal split every
+#: job keeps at least, 0 as shipped). FlowCon ("equal" share with ``flowcon``) and the QoS
+#: limits are the controller's own; these rules replace FlowCon's limits.
+NodeShare = Callable[[float, Sequence[JobLoad], Weights, float], dict[str, float]]
+NODE_SHARES: dict[str, NodeShare] = {}
+
+
+def register_share(name: str) -> Callable[[NodeShare], NodeShare]:
+    """Register a node share rule under ``name``: the agent and the simulator both run it."""
+    def deco(fn: NodeShare) -> NodeShare:
+        NODE_SHARES[name] = fn
+        return fn
+    return deco
+
+
+@register_share("progress")
+def _progress(cpus: float, jobs: Sequence[JobLoad], weights: Weights,
+              fair: float) -> dict[str, float]:
+    """The progress-aware policy's division (specon.core.progress.node_shares)."""
+    return node_shares(cpus, jobs, weights, fair=fair)
 
 
 @dataclass
@@ -86,6 +110,8 @@ class NodeController:
         self.qos_limits: dict[str, float] = {}
         self.qos_floor = 0.0
         self.first: frozenset[str] = frozenset()
+        #: Limits a node share rule decided (:meth:`divide`); they replace FlowCon's.
+        self.shares: dict[str, float] = {}
 
     # -- parameters (from the manager) --------------------------------------------------------
     def set_parameters(self, alpha: float, flow_alpha: float, beta: float) -> bool:
@@ -115,6 +141,7 @@ class NodeController:
         if view is None:
             return None
         self.qos_limits.pop(cid, None)
+        self.shares.pop(cid, None)
         self.flow = flowcon.remove_container(self.flow, cid, self.params)
         self._listener(now)
         return view
@@ -199,6 +226,19 @@ class NodeController:
         if job is not None:
             job.cat = replace(job.cat, migrated=True)
 
+    # -- a policy's node share rule ---------------------------------------------------------------
+    def divide(self, rule: str, cpus: float, jobs: Sequence[JobLoad],
+               weights: Weights, fair: float = 0.0) -> dict[str, float]:
+        """Run the node share rule ``rule`` (:data:`NODE_SHARES`) over the node's jobs: returns
+        each job's cores and keeps them, as fractions of the node, as :attr:`shares`. A rule
+        never sees an empty node."""
+        cores = NODE_SHARES[rule](cpus, jobs, weights, fair) if jobs else {}
+        shares = {cid: min(1.0, c / cpus) for cid, c in cores.items() if cid in self.jobs}
+        if shares != self.shares:
+            self.shares = shares
+            self.dirty = True
+        return cores
+
     # -- quality targets and deadlines (docs/qos.md) --------------------------------------------
     def judge_qos(self, judged: Mapping[str, Assessment | None], cpus: float,
                   floor_cores: float) -> tuple[dict[str, float | None], bool]:
@@ -226,13 +266,15 @@ class NodeController:
     # -- views --------------------------------------------------------------------------------
     @property
     def limits(self) -> Mapping[str, float]:
-        if not self.qos_limits:
+        """Each job's limit: QoS over the share rule's over FlowCon's."""
+        if not self.qos_limits and not self.shares:
             return self.flow.limits
-        return {**self.flow.limits, **self.qos_limits}
+        return {**self.flow.limits, **self.shares, **self.qos_limits}
 
     @property
     def floor(self) -> float:
-        flow = self.flow.floor(self.params)
+        """The lowest limit the actuator may write (a share rule keeps its own floor)."""
+        flow = 0.0 if self.shares else self.flow.floor(self.params)
         return min(flow, self.qos_floor) if self.qos_limits else flow
 
     def flow_list(self, cid: str) -> FlowList | None:

@@ -237,3 +237,27 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
         # both ends are now busy; no other node's prediction changed
         used.update((best.source, best.target))
     return plans
+
+
+def measured_load(name: str, step: float, total: float | None, cpu_s: float, cpus: float,
+                  category: Category = Category.PROGRESSING, age_s: float = 0.0,
+                  measured_steps: float | None = None) -> JobLoad:
+    """A job as a node agent measures it: at step ``step``, ``measured_steps`` of them (all by
+    default) done in ``cpu_s`` CPU-seconds since it was first seen, ``total`` steps in all when
+    the pod declares them (``specon.io/total-steps``), ``age_s`` seconds since it arrived.
+
+    Its work left is (total − step) × CPU-seconds per step, or, without a total, as much again
+    as it has done (what the simulator assumes of a job that declares none). Its speed-up is
+    not known on a real node: linear up to the node's CPUs (its limit is a cap, and CPU it
+    cannot use flows to the others). A job with no step measured yet has no work figure and
+    is served first, as FlowCon serves a new job: it gets the node until it is measured.
+    """
+    curve = Curve.of([(1.0, 1.0)] if cpus <= 1 else [(1.0, 1.0), (cpus, cpus)])
+    done = step if measured_steps is None else measured_steps
+    if done <= 0 or cpu_s <= 0:
+        return JobLoad(name, 0.0, curve, cpus, category)
+    per_step = cpu_s / done
+    left = max(0.0, total - step) if total is not None else step
+    work = max(0.0, left) * per_step
+    starved = total is not None and age_s > STARVED * total * per_step / cpus
+    return JobLoad(name, work, curve, cpus, category, starved=starved)

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 
 from specon.core.categorize import JobState
 from specon.core.flowcon import FlowConParams
-from specon.core.node import JobView, NodeController
+from specon.core.node import NODE_SHARES, JobView, NodeController
+from specon.core.policy import Policy
 from specon.core.predict import fit_curve
 from specon.core.progress import (
     STARVED,
     JobLoad,
     NodeLoad,
     choose_node,
-    node_shares,
     plan_moves,
 )
 from specon.core.rebalance import PlacedJob, plan_rebalance
@@ -45,7 +45,7 @@ from specon.core.urgency import (
     urgency,
 )
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
-from specon.sim.model import JobResult, Policy, RunResult, SimConfig
+from specon.sim.model import JobResult, RunResult, SimConfig
 from specon.workload.models import JobSpec, Profile, Workload
 
 ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
@@ -201,7 +201,7 @@ class Simulator:
     ) -> None:
         if policy.name == "oracle":
             raise ValueError("the oracle is simulated by specon.sim.oracle, not Simulator")
-        for kind, name, known in (("share", policy.share, SHARE_RULES),
+        for kind, name, known in (("share", policy.share, {**NODE_SHARES, **SHARE_RULES}),
                                   ("placement", policy.placement, PLACEMENTS),
                                   ("moves", policy.moves, MOVES)):
             if name not in known:
@@ -209,6 +209,9 @@ class Simulator:
                                  f"(known: {', '.join(sorted(known))})")
         self.w = workload
         self.policy = policy
+        #: A share rule of the simulator's own, or a node share rule of the core (which the
+        #: agent runs too), applied as the progress-aware policy's are.
+        self.share = SHARE_RULES.get(policy.share) or ShareRule(_node_rule, ticked=True)
         self.cfg = config or SimConfig()
         self.seed = seed
         self.rng = random.Random(seed)
@@ -263,7 +266,7 @@ class Simulator:
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
         for job in self.jobs.values():
             self.push(job.spec.submit_s, ARRIVE, job.spec.name)
-        if self.policy.specon or SHARE_RULES[self.policy.share].ticked:
+        if self.policy.specon or self.share.ticked:
             self.push(self.cfg.interval_s, TICK)
         while self.heap and self.remaining > 0:
             t, _, kind, key, version = heapq.heappop(self.heap)
@@ -319,7 +322,7 @@ class Simulator:
         flow = w.ctl.flow.limits
         caps = [min(self._demand(j), flow.get(j.spec.name, 1.0) * w.cpus)
                 for j in jobs]
-        cores = SHARE_RULES[self.policy.share].divide(self, w, jobs, caps)
+        cores = self.share.divide(self, w, jobs, caps)
         total = sum(cores)
         for job, c in zip(jobs, cores, strict=True):
             job.cores = c
@@ -570,7 +573,7 @@ class Simulator:
             self._advance(w)
             if self.policy.specon:
                 requests.extend(self._categorize(w))
-            if SHARE_RULES[self.policy.share].ticked:
+            if self.share.ticked:
                 if self.policy.share == "slaq" and not self.policy.flowcon:
                     self._measure(w)
                 self._allocate(w)
@@ -739,12 +742,13 @@ def _slaq(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> li
                            [j.profile.speed for j in jobs], sim.cfg.slaq_quantum)
 
 
-@register_share("progress", ticked=True)
-def _progress(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
-    """specon.core.progress.node_shares as limits; jobs that take the hint run as many threads
-    as their limit allows."""
-    shares = node_shares(w.cpus, [sim._load(j, w) for j in jobs], sim.cfg.weights,
-                         fair=sim.cfg.fair_share)
+def _node_rule(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    """A node share rule of the core (specon.core.node.NODE_SHARES: the progress-aware
+    policy's, a test's), run by the worker's node controller as the agent runs it; the shares
+    are limits, and jobs that take the hint run as many threads as their limit allows."""
+    del caps
+    shares = w.ctl.divide(sim.policy.share, w.cpus, [sim._load(j, w) for j in jobs],
+                          sim.cfg.weights, sim.cfg.fair_share)
     cores = waterfill(w.cpus, [min(c, shares[j.spec.name]) for j, c in
                                zip(jobs, sim._hinted_caps(w, jobs), strict=True)],
                       [1.0] * len(jobs))
