@@ -35,6 +35,7 @@ from typing import Any
 
 from specon import names
 from specon.core.categorize import Category
+from specon.core.policy import lookup
 from specon.core.qos_sched import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
@@ -62,7 +63,9 @@ A_REBALANCED = names.ANNOTATION_REBALANCED
 L_MIGRATING = names.LABEL_MIGRATING
 GATE = names.GATE_MIGRATION
 PHASES = ("reserved", "checkpointing", "evicting", "placing", "done", "cancelled")
-REASONS = ("converged", "rebalance")
+#: converged: Algorithm 4 on a request; rebalance: Algorithm 5; progress: the progress-aware
+#: policy's planned move (specon_manager/planner.py), which may move a job more than once.
+REASONS = ("converged", "rebalance", "progress")
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,7 @@ def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str
                         "so far, and no podFailurePolicy rule ignores DisruptionTarget)")
         holder = job
     marker = A_REBALANCED if reason == "rebalance" else A_MIGRATED
-    if annotations_of(holder).get(marker):
+    if reason != "progress" and annotations_of(holder).get(marker):
         return "the job was already " + ("rebalanced" if reason == "rebalance" else "migrated")
     return None
 
@@ -222,6 +225,7 @@ class MigrationController:
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
+        self.policy = lookup(settings.policy)
         self.leader = not settings.leader_election
         self._migrations: dict[str, Migration] = {}
         self._started: deque[float] = deque()
@@ -260,6 +264,10 @@ class MigrationController:
         if (pod.get("spec") or {}).get("nodeName") != node:
             return ReallocationReply(decision="refused",
                                      reason=f"the pod does not run on node {node}")
+        if not self.policy.asks_to_move:
+            # This policy's moves are planned here; an agent on another policy stops asking.
+            return ReallocationReply(decision="stay", target=node, migrated=True, reason=(
+                f"policy {self.policy.name} moves jobs by the manager's plan, not on request"))
         return self.start(pod, reason="converged")
 
     # -- starting ------------------------------------------------------------------------------

@@ -164,9 +164,16 @@ def backlog(node: NodeLoad) -> float:
 CANDIDATES = 16
 
 
+def load_key(work: float, capacity: float, name: str) -> tuple[float, float, str]:
+    """The order of nodes from least to most loaded: backlog (work / capacity), then the
+    larger, then by name (what a caller holding only sums sorts by, too)."""
+    return work / capacity, -capacity, name
+
+
 def least_loaded(nodes: Sequence[NodeLoad], k: int = CANDIDATES) -> list[NodeLoad]:
     """The ``k`` nodes with the least backlog (ties: the larger, then by name)."""
-    return sorted(nodes, key=lambda n: (backlog(n), -n.capacity, n.name))[:k]
+    return sorted(nodes, key=lambda n: load_key(sum(j.work for j in n.jobs), n.capacity,
+                                                n.name))[:k]
 
 
 def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
@@ -252,12 +259,37 @@ def measured_load(name: str, step: float, total: float | None, cpu_s: float, cpu
     cannot use flows to the others). A job with no step measured yet has no work figure and
     is served first, as FlowCon serves a new job: it gets the node until it is measured.
     """
-    curve = Curve.of([(1.0, 1.0)] if cpus <= 1 else [(1.0, 1.0), (cpus, cpus)])
     done = step if measured_steps is None else measured_steps
     if done <= 0 or cpu_s <= 0:
-        return JobLoad(name, 0.0, curve, cpus, category)
+        return reported_load(name, 0.0, cpus, category)
     per_step = cpu_s / done
     left = max(0.0, total - step) if total is not None else step
-    work = max(0.0, left) * per_step
     starved = total is not None and age_s > STARVED * total * per_step / cpus
+    return reported_load(name, max(0.0, left) * per_step, cpus, category, starved)
+
+
+def reported_load(name: str, work: float, cpus: float,
+                  category: Category = Category.PROGRESSING, starved: bool = False) -> JobLoad:
+    """A job on a real node of ``cpus`` CPUs with ``work`` CPU-seconds left (what its agent
+    reports): its speed-up is not known there, so linear up to the node's CPUs."""
+    curve = Curve.of([(1.0, 1.0)] if cpus <= 1 else [(1.0, 1.0), (cpus, cpus)])
     return JobLoad(name, work, curve, cpus, category, starved=starved)
+
+
+def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
+                     max_score: int = 10) -> dict[str, int]:
+    """Scheduler priorities 1..max_score for placing ``job``: the node :func:`choose_node` picks
+    gets max_score, the others fall linearly with what the job would add to their predicted
+    sum of completion times (only the CANDIDATES least loaded are modelled; the rest get 1)."""
+    best = choose_node(nodes, job, weights)
+    if best is None:
+        return {}
+    modelled = least_loaded(nodes)
+    delta = {n.name: placement_delta(n, job, weights) for n in modelled}
+    lo, hi = min(delta.values()), max(delta.values())
+    out = dict.fromkeys((n.name for n in nodes), 1)
+    for name, d in delta.items():
+        frac = 1.0 if hi - lo < 1e-12 else (hi - d) / (hi - lo)
+        out[name] = 1 + round((max_score - 2) * frac)
+    out[best] = max_score
+    return out
