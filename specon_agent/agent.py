@@ -300,8 +300,9 @@ class Agent:
 
     # -- limits -------------------------------------------------------------------------------
     def apply(self, now: float | None = None) -> None:
-        """Write the limits FlowCon decided (decreases first); drop jobs whose container is gone.
-        A failed write is tried again one poll interval later, not at every pass."""
+        """Write the limits the node controller decided (decreases first); drop jobs whose
+        container is gone. A failed write is tried again one poll interval later, not at every
+        pass."""
         now = self.clock() if now is None else now
         if not self.control.dirty or now < self._retry_at:
             return

@@ -395,11 +395,11 @@ class Simulator:
         return (thread_speed(job.curve, job.threads, cores, cfg.oversubscription_penalty)
                 * w.speed * interference(w.cpus, cores, others, cfg.interference))
 
-    def _qos_level(self, job: _Job, w: _Worker) -> int:
+    def _qos_level(self, job: _Job, w: _Worker, to_target: bool) -> int:
         """The job's urgency (specon.core.urgency): to its target loss, predicted from its
-        loss curve so far (``dqoes``), or to its declared end (``deadline``)."""
+        loss curve so far (``to_target``: ``dqoes``), or to its declared end (``deadline``)."""
         spec = job.spec
-        if self.policy.share == "dqoes":
+        if to_target:
             if spec.target_loss is None:
                 return ON_TRACK
             if job.result.target_reached_s is not None:
@@ -574,7 +574,7 @@ class Simulator:
             if self.policy.specon:
                 requests.extend(self._categorize(w))
             if self.share.ticked:
-                if self.policy.share == "slaq" and not self.policy.flowcon:
+                if self.share.measures and not self.policy.flowcon:
                     self._measure(w)
                 self._allocate(w)
         MOVES[self.policy.moves](self, requests)
@@ -700,6 +700,9 @@ MoveFn = Callable[[Simulator, list[_Job]], None]
 class ShareRule:
     divide: ShareFn
     ticked: bool = False  # re-divide the CPU at every interval, not only on arrivals/exits
+    #: needs each job's growth efficiency at every interval (measured as FlowCon does, also
+    #: when the policy runs no FlowCon)
+    measures: bool = False
 
 
 SHARE_RULES: dict[str, ShareRule] = {}
@@ -707,9 +710,10 @@ PLACEMENTS: dict[str, PlaceFn] = {}
 MOVES: dict[str, MoveFn] = {}
 
 
-def register_share(name: str, ticked: bool = False) -> Callable[[ShareFn], ShareFn]:
+def register_share(name: str, ticked: bool = False,
+                   measures: bool = False) -> Callable[[ShareFn], ShareFn]:
     def deco(fn: ShareFn) -> ShareFn:
-        SHARE_RULES[name] = ShareRule(fn, ticked)
+        SHARE_RULES[name] = ShareRule(fn, ticked, measures)
         return fn
     return deco
 
@@ -726,9 +730,13 @@ def _las(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> lis
 
 
 @register_share("dqoes", ticked=True)
+def _dqoes(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    return by_priority(w.cpus, caps, [sim._qos_level(j, w, to_target=True) for j in jobs])
+
+
 @register_share("deadline", ticked=True)
-def _qos(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
-    return by_priority(w.cpus, caps, [sim._qos_level(j, w) for j in jobs])
+def _deadline(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    return by_priority(w.cpus, caps, [sim._qos_level(j, w, to_target=False) for j in jobs])
 
 
 @register_share("agent-qos", ticked=True)
@@ -736,7 +744,7 @@ def _agent_qos(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) 
     return waterfill(w.cpus, sim._agent_qos_caps(w, jobs, caps), [1.0] * len(jobs))
 
 
-@register_share("slaq", ticked=True)
+@register_share("slaq", ticked=True, measures=True)
 def _slaq(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
     return greedy_marginal(w.cpus, caps, [sim._slaq_value(j) for j in jobs],
                            [j.profile.speed for j in jobs], sim.cfg.slaq_quantum)
