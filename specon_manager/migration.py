@@ -52,7 +52,7 @@ from specon_manager.kube import (
 )
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.settings import ManagerSettings
-from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, Reservation
+from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, Reservation, pod_key
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +385,7 @@ class MigrationController:
             self._write_source(m)
             self._started.append(now)
             self._migrations[m.id] = m
-            self.state.reserve(Reservation(m.key, m.id, target, source))
+            self.state.reserve(Reservation(m.key, m.id, target, source, pod=pod_key(ns, name)))
             self.metrics.migrations_started.labels(reason).inc()
             self.metrics.migrations_in_flight.set(len(self._migrations))
             self._event(pod, "MigrationStarted",
@@ -755,7 +755,8 @@ class MigrationController:
             self._started = deque(sorted(m.started for m in found.values()))
             for m in found.values():
                 if m.reserved:
-                    self.state.reserve(Reservation(m.key, m.id, m.target, m.source))
+                    self.state.reserve(Reservation(m.key, m.id, m.target, m.source,
+                                                   pod=pod_key(m.namespace, m.pod)))
                 if m.phase == "checkpointing":
                     self.state.request_checkpoint(m.source, CheckpointRequest(
                         namespace=m.namespace, pod=m.pod, uid=m.pod_uid, id=m.id))

@@ -83,6 +83,7 @@ class Reservation:
     target: str
     source_node: str
     source_present: bool = True
+    pod: str = ""  # namespace/name of the pod it moves (what its source's heartbeat reports)
 
 
 #: A kept heartbeat's JSON may be at most this many bytes per job (plus one such allowance):
@@ -255,14 +256,26 @@ class ClusterState:
     def node_loads(self, names: Iterable[str]) -> list[NodeLoad]:
         """The progress-aware policy's view of these nodes (those with a heartbeat): each job
         with the work left its agent reports (specon.core.progress.reported_load), keyed
-        namespace/pod."""
+        namespace/pod, and a job on its way there (a reserved migration target) as its
+        source's agent last reported it, as the simulator counts it."""
+        with self._lock:
+            incoming: dict[str, list[str]] = {}
+            for r in self._reservations.values():
+                if r.pod:
+                    incoming.setdefault(r.target, []).append(r.pod)
+            where = dict(self._where)
         out = []
         for name in names:
             rec = self._nodes.get(name)
             if rec is None:
                 continue
+            reports = list(rec.heartbeat.jobs)
+            for key in incoming.get(name, ()):
+                src = self._nodes.get(where.get(key, ""))
+                reports += [j for j in (src.heartbeat.jobs if src else ())
+                            if pod_key(j.namespace, j.pod) == key]
             jobs = tuple(reported_load(pod_key(j.namespace, j.pod), j.work_s or 0.0, rec.cpus,
-                                       j.category) for j in rec.heartbeat.jobs)
+                                       j.category) for j in reports)
             out.append(NodeLoad(name, rec.cpus, 1.0, jobs))
         return out
 

@@ -85,6 +85,9 @@ def test_a_planned_move_takes_a_job_off_a_crowded_node() -> None:
     started = planner.run_once()
     assert len(started) == 1 and (started[0].source, started[0].target) == ("node-1", "node-2")
     assert [(m.reason, m.target) for m in ctl.in_flight()] == [("progress", "node-2")]
+    # the job on its way counts on its target, as in the simulator (placement sees it there)
+    moved = f"default/{started[0].job.split('/')[1]}"
+    assert [j.name for j in state.node_loads(["node-2"])[0].jobs] == [moved]
     assert planner.run_once() == []  # one move at a time
     # under this policy an agent's request moves nothing, and its agent stops asking
     reply = ctl.reallocate("node-1", ReallocationRequest(node="node-1", namespace="default",
