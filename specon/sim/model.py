@@ -1,5 +1,5 @@
 """Simulation settings and results (plain data, JSON-ready). The policies are
-specon.core.policy's (re-exported here for the simulator's callers)."""
+specon.core.policy's."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specon import defaults
-from specon.core.policy import POLICIES, Policy
 from specon.core.scoring import Weights
 from specon.core.speedup import INTERFERENCE, OVERSUBSCRIPTION_PENALTY
-
-__all__ = ["POLICIES", "JobResult", "Policy", "RunResult", "SimConfig", "percentile"]
 
 
 @dataclass(frozen=True, slots=True)
