@@ -1,6 +1,6 @@
 """Which parts of the shipped policy pay: each variant over the random suite, against default.
 
-Variants of `specon+flowcon` (specon/sim/model.py): without thread hints, with Kubernetes'
+Variants of `specon+flowcon` (specon/core/policy.py): without thread hints, with Kubernetes'
 spread placement instead of its own, without moves, with the floor raised to a share of an
 equal split for progressing jobs, and with a higher bar for moves. Per variant: mean, median
 and worst change in average completion against default, over the workloads of
@@ -22,9 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specon.core.policy import POLICIES, Policy  # noqa: E402
 from specon.sim.engine import Simulator  # noqa: E402
 from specon.sim.generate import random_workload  # noqa: E402
-from specon.sim.model import POLICIES, Policy, SimConfig  # noqa: E402
+from specon.sim.model import SimConfig  # noqa: E402
 
 SHIPPED = POLICIES["specon+flowcon"]
 VARIANTS: dict[str, tuple[Policy, dict[str, float]]] = {

@@ -31,8 +31,9 @@ from typing import Any
 
 import docker
 
+from specon.core.policy import POLICIES
 from specon.sim.engine import Simulator
-from specon.sim.model import POLICIES, SimConfig
+from specon.sim.model import SimConfig
 from specon.workload.load import parse_workload
 
 ROOT = Path(__file__).resolve().parents[1]

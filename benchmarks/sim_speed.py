@@ -12,8 +12,9 @@ import argparse
 import statistics
 import time
 
+from specon.core.policy import POLICIES
 from specon.sim.experiments import EXPERIMENTS, scale_test
-from specon.sim.model import POLICIES, SimConfig
+from specon.sim.model import SimConfig
 from specon.sim.runner import run_one
 
 

@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agent_vs_na import ALPHA, BETA, INTERVAL_S, ROOT, busy_cores, run_real
 
+from specon.core.policy import POLICIES
 from specon.sim.engine import Simulator
-from specon.sim.model import POLICIES, SimConfig
+from specon.sim.model import SimConfig
 from specon.workload.load import parse_workload
 
 PROFILES = ROOT / "specon" / "data" / "profiles"

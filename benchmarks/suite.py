@@ -28,8 +28,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specon.core.policy import POLICIES  # noqa: E402
 from specon.sim.generate import random_workload  # noqa: E402
-from specon.sim.model import POLICIES, SimConfig  # noqa: E402
+from specon.sim.model import SimConfig  # noqa: E402
 from specon.sim.runner import run_one  # noqa: E402
 
 

@@ -14,8 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from specon import defaults
+from specon.core.policy import POLICIES
 from specon.sim.experiments import DEFAULT_EXPERIMENT, EXPERIMENTS
-from specon.sim.model import POLICIES, SimConfig
+from specon.sim.model import SimConfig
 from specon.sim.runner import Matrix, run_matrix
 from specon.workload.load import WorkloadError, load_workload
 from specon.workload.models import Workload

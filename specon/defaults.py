@@ -21,3 +21,6 @@ WEIGHTS = (2.0, 1.5, 1.0)
 #: met with 0.02: 37.4 / 36.0; 0.05: 35.1 / 35.9; 0.1: 32.4 / 32.7; 0.25: 25.5 / 23.6). Lower
 #: all but stops the jobs that yield for little more; 0.05 keeps them at a twentieth of a core.
 QOS_FLOOR_CORES = 0.05
+#: The policy that ships (specon.core.policy): the progress-aware one, chosen on the random
+#: suite (docs/parameters.md, "Which policy ships").
+POLICY = "specon+flowcon"

@@ -122,6 +122,17 @@ def read(
     return (None if spec.empty else spec), None
 
 
+def total_steps(stated: Mapping[str, str]) -> int | None:
+    """The steps a pod declares it runs in all (``specon.io/total-steps``), with or without a
+    target or deadline; None when absent or malformed (:func:`read` reports a malformed one)."""
+    raw = stated.get(TOTAL_STEPS)
+    try:
+        steps = int(raw.strip()) if raw is not None else 0
+    except ValueError:
+        return None
+    return steps if 0 < steps <= _MAX_STEPS else None
+
+
 _STAMP = re.compile(r"(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 

@@ -83,6 +83,9 @@ class JobReport(_Wire):
     efficiency: NonNeg | None = None  # growth per core
     loss: Finite | None = None
     step: Annotated[int, Field(ge=0)] | None = None
+    #: Seconds of CPU work left, as the agent measures it (specon.core.progress.measured_load:
+    #: steps left x CPU-seconds per step); None when unknown (no step measured yet).
+    work_s: NonNeg | None = None
     limit: Fraction = 1.0
     cpu_cores: NonNeg = 0.0
     migrated: bool = False

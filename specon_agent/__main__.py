@@ -165,11 +165,11 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
         flowcon_max_interval_s=settings.flowcon_max_interval_s, poll_s=settings.poll_s,
         tail_bytes=settings.tail_bytes, restore_on_exit=settings.restore_on_exit,
         qos_interval_s=settings.qos_interval_s, qos_window_s=settings.qos_window_s,
-        qos_floor_cores=settings.qos_floor_cores)
+        qos_floor_cores=settings.qos_floor_cores, policy=settings.policy)
     agent = Agent(config, actuator, meter, link=link, metrics=metrics)
-    log.info("specon-agent %s mode on node %s: actuator %s (%.3g CPUs), CPU use from %s, "
-             "manager %s", settings.mode, settings.node_name, actuator.name, actuator.node_cpus,
-             meter.source, settings.manager_url or "none")
+    log.info("specon-agent %s mode on node %s: policy %s, actuator %s (%.3g CPUs), CPU use "
+             "from %s, manager %s", settings.mode, settings.node_name, settings.policy,
+             actuator.name, actuator.node_cpus, meter.source, settings.manager_url or "none")
     return agent, discovery
 
 

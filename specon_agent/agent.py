@@ -23,8 +23,12 @@ from typing import Any
 from specon import defaults
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
+from specon.core.node import NODE_SHARES, NodeController
+from specon.core.policy import RESEARCH, Policy, lookup, missing_rules
+from specon.core.progress import JobLoad, measured_load
+from specon.core.scoring import Weights
 from specon.core.threads import threads_for_limit
-from specon.core.urgency import Assessment, prioritised, qos_limits
+from specon.core.urgency import Assessment
 from specon.sdk import SAVED_FILE
 from specon.wire import (
     CheckpointRequest,
@@ -37,7 +41,6 @@ from specon.wire import (
 )
 
 from .actuators import Actuator, ActuatorError, ContainerGone
-from .control import NodeControl
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Event, Resync, Target
 from .manager import ManagerLink
@@ -75,6 +78,9 @@ class LoopConfig:
     qos_interval_s: float = 15.0
     qos_window_s: float = 30.0
     qos_floor_cores: float = defaults.QOS_FLOOR_CORES
+    #: The scheduling policy (specon.core.policy) whose node rules the agent runs: FlowCon or
+    #: a node share rule, and whether it asks the manager to move converged jobs.
+    policy: str = RESEARCH
 
     def flow_params(self) -> FlowConParams:
         itval = self.flowcon_interval_s or self.interval_s
@@ -83,10 +89,31 @@ class LoopConfig:
             max_itval_s=max(self.flowcon_max_interval_s, itval))
 
 
+#: The node share rules the agent runs besides the core's (specon.core.node.NODE_SHARES):
+#: CFS's equal shares (with FlowCon's limits when the policy says so) and the QoS rule, which
+#: the agent applies over any policy.
+OWN_SHARES = frozenset({"equal", "agent-qos"})
+
+
+def agent_policy(name: str) -> Policy:
+    """The policy of that name, if the agent can run its node rules; ValueError (one line,
+    naming what is missing) otherwise."""
+    policy = lookup(name)
+    missing = missing_rules(policy, shares=OWN_SHARES | frozenset(NODE_SHARES))
+    if missing:
+        raise ValueError(f"policy {name!r}: the agent cannot run its {missing[0]}")
+    return policy
+
+
 @dataclass
 class _Followed:
     target: Target
     source: ProgressSource | None
+    arrived: float = 0.0
+    cpu0: int | None = None  # its CPU counter when it arrived (ns)
+    step: float = 0.0  # the last step it reported (records counted when it gives none)
+    step0: float = 0.0  # its step when the agent found it (what it logged before)
+    load: JobLoad | None = None  # what the policy last knew of it (node share rules)
     stats_seen: tuple[int, int, int] = (0, 0, 0)  # rotations, truncations, bytes
     refusal_seen: bool = False  # its progress file was refused (counted once)
     asked: bool = False  # a reallocation was asked (standalone: said once)
@@ -125,7 +152,10 @@ class Agent:
         self.link = link
         self.metrics = metrics or AgentMetrics()
         self.clock = clock
-        self.control = NodeControl(config.flow_params(), config.alpha)
+        # CPU counters are in nanoseconds (cgroup cpu.stat, Docker's stats).
+        self.control = NodeController(config.flow_params(), config.alpha, per_second=1e9)
+        self.policy = agent_policy(config.policy)
+        self.weights = Weights()
         self.interval_s = config.interval_s
         self.jobs: dict[str, _Followed] = {}
         self.events: queue.Queue[Event] = queue.Queue()
@@ -134,7 +164,6 @@ class Agent:
         self.next_poll = now
         self.next_cat = now + self.interval_s
         self.next_qos = now + config.qos_interval_s
-        self.first: frozenset[str] = frozenset()  # jobs given the CPU first (docs/qos.md)
         self.seq = 0
         self._retry_at = -math.inf
         self.metrics.node_cpus.set(actuator.node_cpus)
@@ -173,7 +202,8 @@ class Agent:
             return
         source = self._source(target)
         self.actuator.register(target.cid, target.namespace, target.pod, target.container)
-        self.jobs[target.cid] = job = _Followed(target, source)
+        self.jobs[target.cid] = job = _Followed(target, source, arrived=now,
+                                                cpu0=self.meter.usage_ns(target.cid))
         if target.qos_error is not None:
             self.metrics.qos_errors.inc()
             log.warning("%s: quality annotations ignored: %s", target.name, target.qos_error)
@@ -189,6 +219,8 @@ class Agent:
         log.info("job %s (%s) arrived; following %s", target.name, target.cid[:12],
                  source.path if source else "nothing")
         self._poll_one(target.cid, history=True)
+        job.step0 = job.step
+        self._divide(now)
         self.apply(now)
 
     def depart(self, cid: str, now: float, why: str) -> None:
@@ -203,6 +235,7 @@ class Agent:
         self.metrics.forget_job(self._label(job.target))
         self.metrics.events.labels("departure").inc()
         log.info("job %s (%s) %s; its limit is released", job.target.name, cid[:12], why)
+        self._divide(now)
         self.apply(now)
 
     # -- reading progress ---------------------------------------------------------------------
@@ -211,6 +244,8 @@ class Agent:
         if job.source is None:
             return
         reading = job.source.poll()
+        for k in reading.steps:
+            job.step = job.step + 1 if k is None else max(job.step, float(k))
         if job.qos is not None:
             job.qos.add(self.clock(), reading.steps, reading.losses)
         if reading.parse_errors:
@@ -239,10 +274,35 @@ class Agent:
         for cid in list(self.jobs):
             self._poll_one(cid)
 
+    # -- the policy's node share rule -------------------------------------------------------------
+    def _divide(self, now: float, first_steps_only: bool = False) -> None:
+        """Run the policy's node share rule (specon.core.node.NODE_SHARES) over the jobs, from
+        what each one's progress tells (specon.core.progress.measured_load). With
+        ``first_steps_only``, only when some job reported its first step since the last run
+        (until then it is served first, as FlowCon serves a new job)."""
+        if self.policy.share not in NODE_SHARES or not self.jobs:
+            return
+        if first_steps_only and not any(j.step > j.step0 and (j.load is None or j.load.work == 0)
+                                        for j in self.jobs.values()):
+            return
+        cpus = self.actuator.node_cpus
+        loads = []
+        for cid, job in self.jobs.items():
+            view = self.control.jobs.get(cid)
+            used = self.meter.usage_ns(cid)
+            cpu_s = (used - job.cpu0) / 1e9 if used is not None and job.cpu0 is not None \
+                else 0.0
+            job.load = measured_load(cid, job.step, job.target.total_steps, cpu_s, cpus,
+                                     view.cat.category if view else Category.PROGRESSING,
+                                     now - job.arrived, measured_steps=job.step - job.step0)
+            loads.append(job.load)
+        self.control.divide(self.policy.share, cpus, loads, self.weights)
+
     # -- limits -------------------------------------------------------------------------------
     def apply(self, now: float | None = None) -> None:
-        """Write the limits FlowCon decided (decreases first); drop jobs whose container is gone.
-        A failed write is tried again one poll interval later, not at every pass."""
+        """Write the limits the node controller decided (decreases first); drop jobs whose
+        container is gone. A failed write is tried again one poll interval later, not at every
+        pass."""
         now = self.clock() if now is None else now
         if not self.control.dirty or now < self._retry_at:
             return
@@ -312,13 +372,16 @@ class Agent:
                 self.poll()
             self.next_poll = now + self.config.poll_s
         before = self._states()
-        if now >= self.control.flow_due:
+        if polled:
+            self._divide(now, first_steps_only=True)
+        if self.policy.flowcon and now >= self.control.flow_due:
             with self.metrics.loop_seconds.labels("flowcon").time():
                 self.control.flow_tick(now, self._cpu())
                 self.apply(now)
         if now >= self.next_cat:
             with self.metrics.loop_seconds.labels("categorize").time():
                 self._categorize(now)
+                self._divide(now)
             self.next_cat = now + self.interval_s
         if now >= self.next_qos:
             with self.metrics.loop_seconds.labels("qos").time():
@@ -350,6 +413,8 @@ class Agent:
             job = self.jobs.get(cid)
             if job is None:
                 continue
+            if not self.policy.asks_to_move:
+                continue  # the manager plans this policy's moves itself
             self.metrics.reallocation_requests.inc()
             if self.link is not None:
                 self.link.request_reallocation(ReallocationRequest(
@@ -379,19 +444,15 @@ class Agent:
                          _fmt(a.slack_s), _fmt(a.need_cores))
             if q.reached_at is not None and q.spec.stop_at_target and not q.stop_asked:
                 self._stop_at_target(job)
-        if not any(a is not None for a in judged.values()):
-            return
-        floor = min(1.0, self.config.qos_floor_cores / cpus)
-        was = self.first
-        self.first = prioritised(judged, cpus, was)
-        limits = {cid: v for cid, v in qos_limits(judged, cpus, floor, self.first).items()
-                  if v is not None}
-        if self.control.set_qos_limits(limits, floor):
+        was = self.control.first
+        _, changed = self.control.judge_qos(judged, cpus, self.config.qos_floor_cores)
+        if changed:
             # The limits follow each job's need at every tick: say so at info level only when
             # the set of jobs given the node changes.
-            log.log(logging.INFO if self.first != was else logging.DEBUG,
+            log.log(logging.INFO if self.control.first != was else logging.DEBUG,
                     "QoS limits (cores): %s", ", ".join(
-                        f"{self.jobs[c].target.name}={v * cpus:.2f}" for c, v in limits.items())
+                        f"{self.jobs[c].target.name}={v * cpus:.2f}"
+                        for c, v in self.control.qos_limits.items())
                     or "none (FlowCon decides)")
 
     def _stop_at_target(self, job: _Followed) -> None:
@@ -406,7 +467,8 @@ class Agent:
         self._write_request(job, f"target-{job.target.cid[:12]}", exit=True, done=True)
 
     def next_due(self) -> float:
-        return min(self.next_poll, self.control.flow_due, self.next_cat, self.next_qos)
+        flow = self.control.flow_due if self.policy.flowcon else math.inf
+        return min(self.next_poll, flow, self.next_cat, self.next_qos)
 
     # -- the manager --------------------------------------------------------------------------
     def _drain_inbox(self) -> None:
@@ -598,6 +660,8 @@ class Agent:
                 efficiency=view.efficiency, loss=view.loss,
                 limit=min(1.0, self.control.limits.get(cid, 1.0)), cpu_cores=view.cores,
                 migrated=view.cat.migrated, checkpointable=t.migratable,
+                step=int(job.step) if job.step > 0 else None,
+                work_s=job.load.work if job.load is not None and job.step > job.step0 else None,
                 checkpoint=self.checkpoint_of(job))))
         return Heartbeat(
             node=self.config.node, time=now, seq=self.seq, capacity_cpus=self.actuator.node_cpus,

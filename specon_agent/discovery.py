@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from specon import names
-from specon.qos import QosSpec, parse_timestamp, read
+from specon.qos import QosSpec, parse_timestamp, read, total_steps
 
 from .actuators.base import bare_id
 from .tail import newest_cri_log
@@ -56,6 +56,7 @@ class Target:
     qos: QosSpec | None = None
     qos_error: str | None = None  # why the stated one was refused (the agent logs it once)
     created: float | None = None  # the pod's (container's) creation, seconds since the epoch
+    total_steps: int | None = None  # the steps it declares it runs in all (specon.io/total-steps)
 
     @property
     def name(self) -> str:
@@ -190,7 +191,7 @@ class DockerDiscovery(_Watcher):
             checkpoint_dir=host_path(ckpt, mounts) if ckpt else None,
             migratable=labels.get(names.LABEL_MIGRATABLE) == "true",
             loss_regex=labels.get(ANNOTATION_REGEX) or None,
-            qos=qos, qos_error=problem, created=created,
+            qos=qos, qos_error=problem, created=created, total_steps=total_steps(labels),
         )
 
     def list(self) -> list[Target]:
@@ -276,7 +277,7 @@ def pod_targets(
             file_root=progress_root,
             migratable=labels.get(names.LABEL_MIGRATABLE) == "true",
             loss_regex=ann.get(ANNOTATION_REGEX) or None,
-            qos=qos, qos_error=problem, created=created,
+            qos=qos, qos_error=problem, created=created, total_steps=total_steps(ann),
         ))
     return out
 

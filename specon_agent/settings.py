@@ -108,6 +108,11 @@ class AgentSettings(BaseSettings):
         None, gt=0, description="FlowCon base interval (default: interval_s)")
     flowcon_max_interval_s: float = Field(defaults.FLOWCON_MAX_INTERVAL_S, gt=0,
                                           description="FlowCon back-off cap (s)")
+    policy: str = Field(
+        "paper", description="scheduling policy whose node rules the agent runs (specon.core."
+        "policy): 'paper' (FlowCon and Algorithm 3's requests, the research's) or "
+        "'specon+flowcon' (CPU by work left, the progress-aware policy; the chart sets the "
+        "manager's policy here)")
     poll_s: float = Field(2.0, gt=0, le=60, description="how often logs are read (s)")
     tail_bytes: int = Field(
         1 << 20, ge=4096, description="at most this much of an existing log is read on discovery")
@@ -144,6 +149,13 @@ class AgentSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _FileSource(settings_cls, cls._file_values))
+
+    @model_validator(mode="after")
+    def _policy_runs_here(self) -> AgentSettings:
+        from .agent import agent_policy
+
+        agent_policy(self.policy)  # ValueError names what is missing
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentSettings:

@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from specon.core.policy import lookup
 from specon.core.scoring import Weights
 from specon.wire import (
     Heartbeat,
@@ -484,7 +485,8 @@ def create_app(
         state = ClusterState(
             stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
             weights=Weights(settings.weight_progressing, settings.weight_watching,
-                            settings.weight_converged))
+                            settings.weight_converged),
+            placement=lookup(settings.policy).placement)
     if auth is None:
         if tokens is None:
             tokens = NodeTokens.from_file(settings.tokens_file) if settings.tokens_file else (

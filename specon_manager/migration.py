@@ -35,8 +35,9 @@ from typing import Any
 
 from specon import names
 from specon.core.categorize import Category
+from specon.core.policy import lookup
 from specon.core.qos_sched import migration_hold
-from specon.core.scoring import WorkerView, choose_host
+from specon.core.scoring import WorkerView, decide_reallocation
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
 from specon_manager.kube import (
     OWNERS,
@@ -52,7 +53,7 @@ from specon_manager.kube import (
 )
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.settings import ManagerSettings
-from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, Reservation
+from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, Reservation, pod_key
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,9 @@ A_REBALANCED = names.ANNOTATION_REBALANCED
 L_MIGRATING = names.LABEL_MIGRATING
 GATE = names.GATE_MIGRATION
 PHASES = ("reserved", "checkpointing", "evicting", "placing", "done", "cancelled")
-REASONS = ("converged", "rebalance")
+#: converged: Algorithm 4 on a request; rebalance: Algorithm 5; progress: the progress-aware
+#: policy's planned move (specon_manager/planner.py), which may move a job more than once.
+REASONS = ("converged", "rebalance", "progress")
 
 
 @dataclass(frozen=True)
@@ -113,16 +116,27 @@ class Migration:
         return m if m.phase in PHASES and m.kind in kinds else None
 
 
+#: Why a pod may not move now but may later (or is about to go): its worker asks again.
+ENDING = ("the pod is terminating", "the pod is not running")
+
+
+def is_ending(why: str | None) -> bool:
+    """The pod is going away (terminating, ended, its owner gone): refused, not marked."""
+    return why is not None and (why in ENDING or (
+        why.startswith("the pod's ") and why.endswith(" is gone")))
+
+
 def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str,
                     replicasets: bool = False) -> str | None:
-    """None when this pod may be migrated, else why not (a sentence for events and replies).
-    ``job`` is the pod's controller (a Job, StatefulSet or ReplicaSet) when it has one;
-    ``replicasets``: ReplicaSet pods may move (only with a non-ignorable extender)."""
+    """None when this pod may be migrated, else why not (a sentence for events and replies;
+    :func:`is_ending` when the pod is going away). ``job`` is the pod's controller (a Job,
+    StatefulSet or ReplicaSet) when it has one; ``replicasets``: ReplicaSet pods may move
+    (only with a non-ignorable extender)."""
     md = meta(pod)
     if md.get("deletionTimestamp"):
-        return "the pod is terminating"
+        return ENDING[0]
     if (pod.get("status") or {}).get("phase") != "Running":
-        return "the pod is not running"
+        return ENDING[1]
     if labels_of(pod).get(LABEL_MIGRATABLE) != "true":
         return f"the pod did not opt in to migration (label {LABEL_MIGRATABLE}=true)"
     ref = controller_ref(pod)
@@ -140,7 +154,7 @@ def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str
             return why
         holder = job
     marker = A_REBALANCED if reason == "rebalance" else A_MIGRATED
-    if annotations_of(holder).get(marker):
+    if reason != "progress" and annotations_of(holder).get(marker):
         return "the job was already " + ("rebalanced" if reason == "rebalance" else "migrated")
     return None
 
@@ -273,6 +287,7 @@ class MigrationController:
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
+        self.policy = lookup(settings.policy)
         self.leader = not settings.leader_election
         self._migrations: dict[str, Migration] = {}
         self._started: deque[float] = deque()
@@ -311,6 +326,10 @@ class MigrationController:
         if (pod.get("spec") or {}).get("nodeName") != node:
             return ReallocationReply(decision="refused",
                                      reason=f"the pod does not run on node {node}")
+        if not self.policy.asks_to_move:
+            # This policy's moves are planned here; an agent on another policy stops asking.
+            return ReallocationReply(decision="stay", target=node, migrated=True, reason=(
+                f"policy {self.policy.name} moves jobs by the manager's plan, not on request"))
         return self.start(pod, reason="converged")
 
     # -- starting ------------------------------------------------------------------------------
@@ -353,10 +372,22 @@ class MigrationController:
             ns, name = md["namespace"], md["name"]
             job = self._job_of(pod)
             why = why_not_movable(pod, job, reason, self.settings.migrate_replicaset_pods)
+            if is_ending(why):
+                return ReallocationReply(decision="refused", reason=str(why))
+            if why is not None and "already" in why:
+                return ReallocationReply(decision="stay", reason=why, migrated=True)
             if why is not None:
-                migrated = "already" in why
-                return ReallocationReply(decision="stay" if migrated else "refused", reason=why,
-                                         migrated=migrated)
+                if target is not None:
+                    return ReallocationReply(decision="refused", reason=why)
+                # Never movable (not opted in, an owner the manager cannot rely on): the
+                # simulator's rule too, judged best where it is and marked, so that its agent
+                # stops asking; nothing is written to the pod.
+                source = str((pod.get("spec") or {}).get("nodeName") or "")
+                d = decide_reallocation((), self.state.weights, source, movable=False)
+                log.info("%s/%s stays where it is: %s", ns, name, why)
+                assert d.decision == "stay"
+                return ReallocationReply(decision="stay", target=source, migrated=d.migrated,
+                                         reason=why)
             if any(m.namespace == ns and m.pod == name for m in self._migrations.values()):
                 return ReallocationReply(decision="refused", reason="already migrating")
             hold = self.qos_hold(pod)
@@ -375,25 +406,23 @@ class MigrationController:
                 found = self.state.find_job(ns, name)
                 category = found[1].category if found else Category.CONVERGED
                 closed = (busy | cordoned) - {source}
-                views = [v if v.name not in closed else
-                         WorkerView(v.name, v.progressing, v.watching, v.converged, v.load, False)
+                views = [v if v.name not in closed else replace(v, available=False)
                          for v in self.state.views(self.state.fresh_nodes())]
                 if source not in {v.name for v in views}:
                     views.append(WorkerView(source, available=False))
-                choice = choose_host(views, self.state.weights, current_host=source,
-                                     category=category)
-                if choice.stay:
+                d = decide_reallocation(views, self.state.weights, source, category)
+                if d.decision == "stay":
                     self._mark(pod, job, {A_MIGRATED: "stayed",
                                           A_MIGRATED_AT: f"{now:.3f}"})
                     self.metrics.migrations.labels("stayed").inc()
                     self._event(pod, "MigrationNotNeeded",
-                                f"{name} is best where it is (scores {dict(choice.scores)})")
+                                f"{name} is best where it is (scores {dict(d.scores)})")
                     return ReallocationReply(decision="stay", target=source, migrated=True,
-                                             reason="the current node is among the best")
-                if choice.target is None:
-                    return ReallocationReply(decision="refused", reason="no known node can "
-                                             "take the job (nodes unknown or busy)")
-                target = choice.target
+                                             reason=d.reason)
+                if d.target is None:
+                    return ReallocationReply(decision="refused", reason=f"{d.reason} (nodes "
+                                             "unknown or busy)")
+                target = d.target
             elif target in busy:
                 return ReallocationReply(decision="refused",
                                          reason=f"a migration is in flight on node {target}")
@@ -414,7 +443,7 @@ class MigrationController:
             self._write_source(m)
             self._started.append(now)
             self._migrations[m.id] = m
-            self.state.reserve(Reservation(m.key, m.id, target, source))
+            self.state.reserve(Reservation(m.key, m.id, target, source, pod=pod_key(ns, name)))
             self.metrics.migrations_started.labels(reason).inc()
             self.metrics.migrations_in_flight.set(len(self._migrations))
             self._event(pod, "MigrationStarted",
@@ -787,7 +816,8 @@ class MigrationController:
             self._started = deque(sorted(m.started for m in found.values()))
             for m in found.values():
                 if m.reserved:
-                    self.state.reserve(Reservation(m.key, m.id, m.target, m.source))
+                    self.state.reserve(Reservation(m.key, m.id, m.target, m.source,
+                                                   pod=pod_key(m.namespace, m.pod)))
                 if m.phase == "checkpointing":
                     self.state.request_checkpoint(m.source, CheckpointRequest(
                         namespace=m.namespace, pod=m.pod, uid=m.pod_uid, id=m.id))

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from specon.core.policy import lookup
 from specon.core.scoring import Weights
 from specon_manager.app import create_app
 from specon_manager.identity import TOKENREVIEW_PATH, TokenReviewer
@@ -20,6 +21,7 @@ from specon_manager.kube import Kube, KubeError, event_body, meta, pod_path
 from specon_manager.leader import LeaseElector
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
+from specon_manager.planner import MovePlanner
 from specon_manager.pods import PodDirectory
 from specon_manager.qos import EventPoster, QosBook
 from specon_manager.rebalance import Rebalancer
@@ -72,7 +74,7 @@ class Service:
         self.kube = kube
         self.clock = clock
         self.controller: MigrationController | None = None
-        self.rebalancer: Rebalancer | None = None
+        self.rebalancer: Rebalancer | MovePlanner | None = None
         self.elector: LeaseElector | None = None
         self.nodes: NodeCache | None = None
         if kube is not None:
@@ -89,9 +91,9 @@ class Service:
                 self.controller = MigrationController(writer, state, settings, metrics)
                 if settings.fault_exit_after_phase:
                     self.controller.after_phase = _fault_exit(settings.fault_exit_after_phase)
-                if settings.rebalance:
-                    self.rebalancer = Rebalancer(writer, state, self.controller, settings,
-                                                 metrics)
+                rounds = ROUNDS[lookup(settings.policy).moves]
+                if rounds is not None and (rounds is not Rebalancer or settings.rebalance):
+                    self.rebalancer = rounds(writer, state, self.controller, settings, metrics)
         self.period = min(settings.reconcile_period_s,
                           settings.renew_period_s if self.elector else 1e9)
         self.stale_s = settings.loop_stale_s or 2 * self.period
@@ -217,6 +219,13 @@ class Service:
             self.rebalancer.run_once()
 
 
+#: What runs every ``rebalance_period_s`` for a policy's move rule (settings.MOVE_RULES):
+#: Algorithm 5's rounds (beside Algorithm 4 on the agents' requests; off with ``rebalance``),
+#: the progress-aware plan, or nothing.
+ROUNDS: dict[str, type[Rebalancer] | type[MovePlanner] | None] = {
+    "specon": Rebalancer, "progress": MovePlanner, "none": None}
+
+
 def _fault_exit(phase: str) -> Any:
     def hook(reached: str) -> None:
         if reached == phase:
@@ -260,7 +269,8 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
     state = ClusterState(
         stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
         weights=Weights(settings.weight_progressing, settings.weight_watching,
-                        settings.weight_converged))
+                        settings.weight_converged),
+        placement=lookup(settings.policy).placement)
     metrics = ManagerMetrics()
     if kube is None and settings.kubernetes:
         kube = (Kube.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig

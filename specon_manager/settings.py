@@ -10,6 +10,11 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specon import defaults
+from specon.core.policy import lookup, missing_rules
+
+#: The rules of a policy the manager runs: placement in the extender, moves in its loop.
+PLACEMENT_RULES = frozenset({"spread", "specon", "progress"})
+MOVE_RULES = frozenset({"none", "specon", "progress"})
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
@@ -91,6 +96,13 @@ class ManagerSettings(BaseSettings):
     weight_watching: Positive = 1.5
     weight_converged: Positive = 1.0
 
+    # -- the scheduling policy (specon.core.policy) ---------------------------------------------
+    #: Its placement rule scores nodes in the extender; its move rule decides what moves:
+    #: ``paper`` (the research's: Algorithm 4 on the agents' requests, Algorithm 5's rounds),
+    #: ``specon+flowcon`` (the progress-aware one the chart ships: placement and moves by
+    #: predicted completion). Set the agents' ``policy`` to the same name (the chart does).
+    policy: str = "paper"
+
     # -- which pods are ours ------------------------------------------------------------------
     #: Pods with this scheduler name are training jobs (as are pods with the training label).
     scheduler_name: str = "specon"
@@ -162,6 +174,14 @@ class ManagerSettings(BaseSettings):
     fault_exit_after_phase: str = ""
 
     # -- checks ---------------------------------------------------------------------------------
+    @field_validator("policy")
+    @classmethod
+    def _policy_runs_here(cls, v: str) -> str:
+        missing = missing_rules(lookup(v), placements=PLACEMENT_RULES, moves=MOVE_RULES)
+        if missing:
+            raise ValueError(f"policy {v!r}: the manager cannot run its {missing[0]}")
+        return v
+
     @field_validator("agent_service_accounts")
     @classmethod
     def _accounts(cls, v: list[str]) -> list[str]:

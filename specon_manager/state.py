@@ -16,13 +16,30 @@ import numpy.typing as npt
 
 from specon import names
 from specon.core.categorize import Category
+from specon.core.progress import (
+    CANDIDATES,
+    NodeLoad,
+    load_key,
+    placement_scores,
+    reported_load,
+)
 from specon.core.qos_sched import qos_priorities
-from specon.core.scoring import Weights, WorkerView, placement_priorities
+from specon.core.scoring import (
+    INCOMING,
+    Weights,
+    WorkerView,
+    placement_priorities,
+    worker_view,
+)
 from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
 from specon_manager.kube import OWNERS
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
 ANNOTATION_MIGRATION_ID = names.ANNOTATION_MIGRATION_ID
+
+
+#: The placement rules the extender runs, by name (a policy's ``placement``).
+PLACEMENTS: dict[str, Callable[[ClusterState, list[str], int], list[int]]] = {}
 
 
 def pod_key(namespace: str, name: str) -> str:
@@ -69,6 +86,7 @@ class Reservation:
     target: str
     source_node: str
     source_present: bool = True
+    pod: str = ""  # namespace/name of the pod it moves (what its source's heartbeat reports)
 
 
 #: A kept heartbeat's JSON may be at most this many bytes per job (plus one such allowance):
@@ -87,7 +105,8 @@ class NodeRecord:
     objects that the garbage collector walks on every full collection, as JSON about 15 KB
     and one object. What the extender and the metrics need is summed at record time."""
 
-    __slots__ = ("categories", "load", "node", "pods", "qos", "raw", "received", "seq", "time")
+    __slots__ = ("categories", "cpus", "load", "node", "pods", "qos", "raw", "received", "seq",
+                 "time", "work")
 
     def __init__(self, hb: Heartbeat, received: float, raw: bytes | None = None) -> None:
         if raw is None or len(raw) > RAW_BYTES_PER_JOB * (1 + len(hb.jobs)):
@@ -104,6 +123,8 @@ class NodeRecord:
             qos[j.qos] = qos.get(j.qos, 0) + 1
         self.categories = cats
         self.qos = qos
+        self.cpus = hb.capacity_cpus
+        self.work = sum(j.work_s or 0.0 for j in hb.jobs)  # CPU-seconds left, as reported
 
     @property
     def heartbeat(self) -> Heartbeat:
@@ -163,6 +184,8 @@ class ClusterState:
 
     stale_after_s: float
     weights: Weights = field(default_factory=Weights)
+    #: The policy's placement rule (specon.core.policy): how the extender scores nodes.
+    placement: str = "specon"
     clock: Callable[[], float] = time.time
     _nodes: dict[str, NodeRecord] = field(default_factory=dict)
     _where: dict[str, str] = field(default_factory=dict)  # namespace/pod -> reporting node
@@ -178,9 +201,7 @@ class ClusterState:
         ``raw``: the JSON ``hb`` was validated from, kept as is when it is not padded."""
         now = self.clock()
         rec = NodeRecord(hb, now, raw)
-        c = rec.categories
-        score = WorkerView(hb.node, c[Category.PROGRESSING], c[Category.WATCHING],
-                           c[Category.CONVERGED]).score(self.weights)
+        score = worker_view(hb.node, rec.categories).score(self.weights)
         with self._lock:
             old = self._nodes.get(hb.node)
             # A late, reordered heartbeat from the same agent never replaces a newer one.
@@ -207,8 +228,63 @@ class ClusterState:
 
     # -- the extender's look-ups (no per-node objects built) ------------------------------------
     def priorities(self, names: list[str], max_score: int) -> list[int]:
-        """Algorithm 4's extender priorities of these nodes, positionally (0: no fresh
-        heartbeat); a reserved migration target counts its incoming job as converged."""
+        """The extender's priorities of these nodes for a training pod, positionally (0: no
+        fresh heartbeat), by the policy's placement rule (:data:`PLACEMENTS`)."""
+        return PLACEMENTS[self.placement](self, names, max_score)
+
+    def _neutral_priorities(self, names: list[str], max_score: int) -> list[int]:
+        """Kubernetes' default placement ("spread"): every fresh node alike, so that the
+        scheduler's own scoring decides."""
+        now = self.clock()
+        with self._lock:
+            return [max_score if self.is_fresh(n, now) else 0 for n in names]
+
+    def _progress_priorities(self, names: list[str], max_score: int) -> list[int]:
+        """The progress-aware placement (specon.core.progress.placement_scores): a typical job
+        (the median work left of the jobs reported) placed where it adds the least predicted
+        completion, among the least loaded nodes (decoded only those)."""
+        now = self.clock()
+        with self._lock:
+            fresh = {n: self._nodes[n] for n in names if self.is_fresh(n, now)}
+        if not fresh:
+            return [0] * len(names)
+        order = sorted(fresh, key=lambda n: load_key(fresh[n].work, fresh[n].cpus, n))
+        nodes = self.node_loads(order[:CANDIDATES])
+        works = sorted(j.work for n in nodes for j in n.jobs if j.work > 0)
+        typical = works[len(works) // 2] if works else 0.0
+        job = reported_load("new", typical, max(fresh[n].cpus for n in fresh))
+        scores = placement_scores(nodes, job, self.weights, max_score)
+        return [scores.get(n, 1) if n in fresh else 0 for n in names]
+
+    def node_loads(self, names: Iterable[str]) -> list[NodeLoad]:
+        """The progress-aware policy's view of these nodes (those with a heartbeat): each job
+        with the work left its agent reports (specon.core.progress.reported_load), keyed
+        namespace/pod, and a job on its way there (a reserved migration target) as its
+        source's agent last reported it, as the simulator counts it."""
+        with self._lock:
+            incoming: dict[str, list[str]] = {}
+            for r in self._reservations.values():
+                if r.pod:
+                    incoming.setdefault(r.target, []).append(r.pod)
+            where = dict(self._where)
+        out = []
+        for name in names:
+            rec = self._nodes.get(name)
+            if rec is None:
+                continue
+            reports = list(rec.heartbeat.jobs)
+            for key in incoming.get(name, ()):
+                src = self._nodes.get(where.get(key, ""))
+                reports += [j for j in (src.heartbeat.jobs if src else ())
+                            if pod_key(j.namespace, j.pod) == key]
+            jobs = tuple(reported_load(pod_key(j.namespace, j.pod), j.work_s or 0.0, rec.cpus,
+                                       j.category) for j in reports)
+            out.append(NodeLoad(name, rec.cpus, 1.0, jobs))
+        return out
+
+    def _specon_priorities(self, names: list[str], max_score: int) -> list[int]:
+        """Algorithm 4's extender priorities; a reserved migration target counts its incoming
+        job as converged."""
         t = self._table
         with self._lock:
             rows = t.rows(names)
@@ -217,7 +293,7 @@ class ClusterState:
             for target, count in incoming.items():
                 row = t.row.get(target)
                 if row is not None:
-                    score[rows == row] += count * self.weights.converged
+                    score[rows == row] += count * self.weights.of(INCOMING)
         fresh = (self.clock() - received) <= self.stale_after_s
         return placement_priorities(score, load, fresh, max_score).tolist()  # type: ignore[no-any-return]
 
@@ -328,19 +404,13 @@ class ClusterState:
                     out.append(WorkerView(name, available=False))
                     continue
                 c = rec.categories
-                pc, wc, cc = c[Category.PROGRESSING], c[Category.WATCHING], c[Category.CONVERGED]
                 if exclude and not exclude.isdisjoint(rec.pods):
                     # decode only the nodes that report an excluded pod
+                    c = dict(c)
                     for j in rec.heartbeat.jobs:
                         if pod_key(j.namespace, j.pod) in exclude:
-                            if j.category is Category.PROGRESSING:
-                                pc -= 1
-                            elif j.category is Category.WATCHING:
-                                wc -= 1
-                            else:
-                                cc -= 1
-                cc += incoming.get(name, 0)
-                out.append(WorkerView(name, pc, wc, cc, rec.load, True))
+                            c[j.category] -= 1
+                out.append(worker_view(name, c, incoming.get(name, 0), rec.load))
         return out
 
     # -- reservations ---------------------------------------------------------------------------
@@ -385,3 +455,7 @@ class ClusterState:
     def checkpoint_requests(self, node: str) -> list[CheckpointRequest]:
         with self._lock:
             return list(self._requests.get(node, {}).values())
+
+
+PLACEMENTS.update(spread=ClusterState._neutral_priorities, specon=ClusterState._specon_priorities,
+                  progress=ClusterState._progress_priorities)

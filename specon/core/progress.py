@@ -164,9 +164,16 @@ def backlog(node: NodeLoad) -> float:
 CANDIDATES = 16
 
 
+def load_key(work: float, capacity: float, name: str) -> tuple[float, float, str]:
+    """The order of nodes from least to most loaded: backlog (work / capacity), then the
+    larger, then by name (what a caller holding only sums sorts by, too)."""
+    return work / capacity, -capacity, name
+
+
 def least_loaded(nodes: Sequence[NodeLoad], k: int = CANDIDATES) -> list[NodeLoad]:
     """The ``k`` nodes with the least backlog (ties: the larger, then by name)."""
-    return sorted(nodes, key=lambda n: (backlog(n), -n.capacity, n.name))[:k]
+    return sorted(nodes, key=lambda n: load_key(sum(j.work for j in n.jobs), n.capacity,
+                                                n.name))[:k]
 
 
 def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
@@ -237,3 +244,52 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
         # both ends are now busy; no other node's prediction changed
         used.update((best.source, best.target))
     return plans
+
+
+def measured_load(name: str, step: float, total: float | None, cpu_s: float, cpus: float,
+                  category: Category = Category.PROGRESSING, age_s: float = 0.0,
+                  measured_steps: float | None = None) -> JobLoad:
+    """A job as a node agent measures it: at step ``step``, ``measured_steps`` of them (all by
+    default) done in ``cpu_s`` CPU-seconds since it was first seen, ``total`` steps in all when
+    the pod declares them (``specon.io/total-steps``), ``age_s`` seconds since it arrived.
+
+    Its work left is (total − step) × CPU-seconds per step, or, without a total, as much again
+    as it has done (what the simulator assumes of a job that declares none). Its speed-up is
+    not known on a real node: linear up to the node's CPUs (its limit is a cap, and CPU it
+    cannot use flows to the others). A job with no step measured yet has no work figure and
+    is served first, as FlowCon serves a new job: it gets the node until it is measured.
+    """
+    done = step if measured_steps is None else measured_steps
+    if done <= 0 or cpu_s <= 0:
+        return reported_load(name, 0.0, cpus, category)
+    per_step = cpu_s / done
+    left = max(0.0, total - step) if total is not None else step
+    starved = total is not None and age_s > STARVED * total * per_step / cpus
+    return reported_load(name, max(0.0, left) * per_step, cpus, category, starved)
+
+
+def reported_load(name: str, work: float, cpus: float,
+                  category: Category = Category.PROGRESSING, starved: bool = False) -> JobLoad:
+    """A job on a real node of ``cpus`` CPUs with ``work`` CPU-seconds left (what its agent
+    reports): its speed-up is not known there, so linear up to the node's CPUs."""
+    curve = Curve.of([(1.0, 1.0)] if cpus <= 1 else [(1.0, 1.0), (cpus, cpus)])
+    return JobLoad(name, work, curve, cpus, category, starved=starved)
+
+
+def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
+                     max_score: int = 10) -> dict[str, int]:
+    """Scheduler priorities 1..max_score for placing ``job``: the node :func:`choose_node` picks
+    gets max_score, the others fall linearly with what the job would add to their predicted
+    sum of completion times (only the CANDIDATES least loaded are modelled; the rest get 1)."""
+    best = choose_node(nodes, job, weights)
+    if best is None:
+        return {}
+    modelled = least_loaded(nodes)
+    delta = {n.name: placement_delta(n, job, weights) for n in modelled}
+    lo, hi = min(delta.values()), max(delta.values())
+    out = dict.fromkeys((n.name for n in nodes), 1)
+    for name, d in delta.items():
+        frac = 1.0 if hi - lo < 1e-12 else (hi - d) / (hi - lo)
+        out[name] = 1 + round((max_score - 2) * frac)
+    out[best] = max_score
+    return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -151,22 +152,60 @@ def placement_priorities(
     return out
 
 
-def views_from_categories(
-    hosts: Mapping[str, str],
-    categories: Mapping[str, Category],
-    loads: Mapping[str, float],
-    workers: Sequence[str],
-    unavailable: frozenset[str] = frozenset(),
-) -> list[WorkerView]:
-    """Build worker views from job -> host and job -> category maps."""
-    tally: dict[str, list[int]] = {w: [0, 0, 0] for w in workers}
-    for job, host in hosts.items():
-        if host not in tally:
-            continue
-        cat = categories.get(job, Category.PROGRESSING)
-        idx = 0 if cat is Category.PROGRESSING else 1 if cat is Category.WATCHING else 2
-        tally[host][idx] += 1
-    return [
-        WorkerView(w, t[0], t[1], t[2], loads.get(w, 0.0), w not in unavailable)
-        for w, t in tally.items()
-    ]
+@dataclass(frozen=True, slots=True)
+class Reallocation:
+    """Algorithm 4's answer to one reallocation request, as the simulator and the manager act
+    on it. ``migrated``: the job is marked migrated (moved, or judged best where it is) and is
+    never asked about again; ``target`` is where it goes (``decision`` "migrate")."""
+
+    decision: Literal["migrate", "stay", "wait"]  # wait: no candidate now, ask again later
+    target: str | None
+    migrated: bool
+    reason: str
+    scores: Mapping[str, float]
+
+
+def decide_reallocation(
+    workers: Sequence[WorkerView],
+    weights: Weights,
+    current_host: str,
+    category: Category = Category.CONVERGED,
+    movable: bool = True,
+) -> Reallocation:
+    """Algorithm 4 for a converged job whose worker asked to move it.
+
+    A job that cannot be moved (it does not checkpoint, or its owner cannot be relied on) is
+    judged best where it is: marked migrated like a job that stays, so that it counts as
+    converged for Algorithm 5 and its worker stops asking. With no candidate at all the job
+    waits, unmarked, and may be asked about again.
+    """
+    if not movable:
+        return Reallocation("stay", current_host, True, "the job cannot be moved", {})
+    choice = choose_host(workers, weights, current_host=current_host, category=category)
+    if choice.stay:
+        return Reallocation("stay", current_host, True, "the current node is among the best",
+                            choice.scores)
+    if choice.target is None:
+        return Reallocation("wait", None, False, "no known node can take the job",
+                            choice.scores)
+    return Reallocation("migrate", choice.target, True, "", choice.scores)
+
+
+#: A job on its way to a worker (a reserved migration target) is counted there in this category.
+INCOMING = Category.CONVERGED
+
+
+def worker_view(
+    name: str,
+    categories: Mapping[Category, int],
+    incoming: int = 0,
+    load: float = 0.0,
+    available: bool = True,
+    capacity: float = 1.0,
+) -> WorkerView:
+    """A worker's view from its jobs' category counts (the simulator's and the manager's);
+    ``incoming`` jobs on their way to the worker count as :data:`INCOMING`."""
+    counts = {cat: categories.get(cat, 0) for cat in Category}
+    counts[INCOMING] += incoming
+    return WorkerView(name, counts[Category.PROGRESSING], counts[Category.WATCHING],
+                      counts[Category.CONVERGED], load, available, capacity)

@@ -2,6 +2,7 @@
 
 It runs the core algorithms unchanged (growth, FlowCon, Algorithms 3-5): the simulator is just
 another adapter that turns simulated progress into their inputs and applies their decisions.
+Each worker has the node controller the agent runs on a real node (specon.core.node).
 Between two events every job's rate is constant, so progress is advanced analytically and only
 on the workers an event touches.
 
@@ -18,23 +19,22 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from specon.core import flowcon
-from specon.core.categorize import Category, JobState, categorize
-from specon.core.flowcon import FlowConParams, FlowConState
-from specon.core.growth import Growth, LossTrack
+from specon.core.categorize import JobState
+from specon.core.flowcon import FlowConParams
+from specon.core.node import NODE_SHARES, JobView, NodeController
+from specon.core.policy import Policy
 from specon.core.predict import fit_curve
 from specon.core.progress import (
     STARVED,
     JobLoad,
     NodeLoad,
     choose_node,
-    node_shares,
     plan_moves,
 )
 from specon.core.rebalance import PlacedJob, plan_rebalance
-from specon.core.scoring import WorkerView, choose_host
+from specon.core.scoring import WorkerView, choose_host, decide_reallocation, worker_view
 from specon.core.speedup import Curve, interference, thread_speed
 from specon.core.threads import threads_for_limit
 from specon.core.urgency import (
@@ -42,12 +42,10 @@ from specon.core.urgency import (
     ON_TRACK,
     Assessment,
     assess,
-    prioritised,
-    qos_limits,
     urgency,
 )
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
-from specon.sim.model import JobResult, Policy, RunResult, SimConfig
+from specon.sim.model import JobResult, RunResult, SimConfig
 from specon.workload.models import JobSpec, Profile, Workload
 
 ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
@@ -83,43 +81,29 @@ def ninety_iteration(profile: Profile) -> float:
     return it if it is not None else float(profile.iterations)
 
 
-class _Probe:
-    """One algorithm's view of a job between its ticks."""
-
-    __slots__ = ("cpu", "seen", "t", "track")
-
-    def __init__(self, t: float) -> None:
-        self.track = LossTrack()
-        self.seen = 0
-        self.t = t
-        self.cpu = 0.0
-
-
 class _Job:
     __slots__ = (
         "attained",
-        "cat",
-        "cat_probe",
         "cores",
         "cost_seen",
         "curve",
         "done",
         "end_iter",
-        "flow",
         "iter_cost",
-        "last_eff",
         "max_cores",
         "milestones",
         "profile",
         "rate",
         "rebalanced",
         "result",
+        "seen",
         "spec",
         "state",
         "target_fit",
         "threads",
         "total_known",
         "version",
+        "view",
         "worker",
     )
 
@@ -146,10 +130,9 @@ class _Job:
         self.version = 0
         self.worker: str | None = None
         self.state = "pending"
-        self.cat = JobState()
-        self.flow = _Probe(0.0)
-        self.cat_probe = _Probe(spec.submit_s)
-        self.last_eff: float | None = None
+        #: What the node controller knows of it (it moves with the job).
+        self.view = JobView.new(spec.submit_s, 0.0)
+        self.seen = 0  # log lines handed to the node controller
         self.rebalanced = False
         self.milestones = milestones  # (iteration, kind) ascending
         #: Where the job ends: its last iteration, or its target when it stops there.
@@ -167,34 +150,43 @@ class _Job:
         n = len(self.profile.loss)
         return min(n, int(self.done * n / self.profile.iterations + 1e-9))
 
-    def samples(self, probe: _Probe) -> list[float]:
-        k = self.logged()
-        out = list(self.profile.loss[probe.seen : k])
-        probe.seen = k
-        return out
+    @property
+    def cat(self) -> JobState:
+        return self.view.cat
 
-    def measure(self, probe: _Probe, now: float) -> Growth | None:
-        """Close one interval of ``probe``: its growth since the probe's last reading."""
-        probe.track, growth = probe.track.observe(self.samples(probe), now - probe.t, probe.cpu)
-        probe.t = now
-        probe.cpu = 0.0
-        return growth
+    @property
+    def last_eff(self) -> float | None:
+        return self.view.efficiency
+
+    def new_losses(self) -> list[float]:
+        """The log lines written since the last call."""
+        k = self.logged()
+        out = list(self.profile.loss[self.seen : k])
+        self.seen = k
+        return out
 
 
 class _Worker:
-    __slots__ = ("cpus", "first", "flow", "inflight", "jobs", "last_t", "name", "reserved",
-                 "speed")
+    __slots__ = ("cpus", "ctl", "inflight", "jobs", "last_t", "name", "reserved", "speed")
 
-    def __init__(self, name: str, cpus: float, speed: float, params: FlowConParams) -> None:
+    def __init__(self, name: str, cpus: float, speed: float, params: FlowConParams,
+                 alpha: float) -> None:
         self.name = name
         self.cpus = cpus
         self.speed = speed
         self.jobs: dict[str, _Job] = {}
-        self.flow = FlowConState(itval_s=params.itval_s)
+        #: The node controller the agent runs (FlowCon, categories, QoS limits); its CPU
+        #: counters are each job's attained core-seconds.
+        self.ctl = NodeController(params, alpha)
         self.last_t = 0.0
         self.inflight = 0
         self.reserved: set[str] = set()
-        self.first: frozenset[str] = frozenset()  # the agent's QoS rule (share "agent-qos")
+
+    def feed(self) -> dict[str, float]:
+        """Hand the controller the losses logged since the last call; each job's CPU counter."""
+        for name, job in self.jobs.items():
+            self.ctl.add_losses(name, job.new_losses())
+        return {name: job.attained for name, job in self.jobs.items()}
 
 
 class Simulator:
@@ -209,7 +201,7 @@ class Simulator:
     ) -> None:
         if policy.name == "oracle":
             raise ValueError("the oracle is simulated by specon.sim.oracle, not Simulator")
-        for kind, name, known in (("share", policy.share, SHARE_RULES),
+        for kind, name, known in (("share", policy.share, {**NODE_SHARES, **SHARE_RULES}),
                                   ("placement", policy.placement, PLACEMENTS),
                                   ("moves", policy.moves, MOVES)):
             if name not in known:
@@ -217,6 +209,9 @@ class Simulator:
                                  f"(known: {', '.join(sorted(known))})")
         self.w = workload
         self.policy = policy
+        #: A share rule of the simulator's own, or a node share rule of the core (which the
+        #: agent runs too), applied as the progress-aware policy's are.
+        self.share = SHARE_RULES.get(policy.share) or ShareRule(_node_rule, ticked=True)
         self.cfg = config or SimConfig()
         self.seed = seed
         self.rng = random.Random(seed)
@@ -225,7 +220,7 @@ class Simulator:
             max_itval_s=max(self.cfg.flowcon_max_itval_s, self.cfg.interval_s),
         )
         self.workers = {
-            ws.name: _Worker(ws.name, ws.cpus, ws.speed, self.fparams)
+            ws.name: _Worker(ws.name, ws.cpus, ws.speed, self.fparams, self.cfg.alpha)
             for ws in workload.cluster.workers
         }
         ninety = {name: ninety_iteration(p) for name, p in workload.profiles.items()}
@@ -271,7 +266,7 @@ class Simulator:
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
         for job in self.jobs.values():
             self.push(job.spec.submit_s, ARRIVE, job.spec.name)
-        if self.policy.specon or SHARE_RULES[self.policy.share].ticked:
+        if self.policy.specon or self.share.ticked:
             self.push(self.cfg.interval_s, TICK)
         while self.heap and self.remaining > 0:
             t, _, kind, key, version = heapq.heappop(self.heap)
@@ -317,19 +312,17 @@ class Simulator:
                             job.result.reached_90_s = at
                         else:
                             job.result.target_reached_s = at
-                used = job.cores * dt
-                job.attained += used
-                job.flow.cpu += used
-                job.cat_probe.cpu += used
+                job.attained += job.cores * dt
         w.last_t = t
 
     def _allocate(self, w: _Worker) -> None:
         """Divide the worker's CPU among its jobs and reschedule their completions."""
         self._view_cache.pop(w.name, None)
         jobs = list(w.jobs.values())
-        caps = [min(self._demand(j), w.flow.limits.get(j.spec.name, 1.0) * w.cpus)
+        flow = w.ctl.flow.limits
+        caps = [min(self._demand(j), flow.get(j.spec.name, 1.0) * w.cpus)
                 for j in jobs]
-        cores = SHARE_RULES[self.policy.share].divide(self, w, jobs, caps)
+        cores = self.share.divide(self, w, jobs, caps)
         total = sum(cores)
         for job, c in zip(jobs, cores, strict=True):
             job.cores = c
@@ -402,11 +395,11 @@ class Simulator:
         return (thread_speed(job.curve, job.threads, cores, cfg.oversubscription_penalty)
                 * w.speed * interference(w.cpus, cores, others, cfg.interference))
 
-    def _qos_level(self, job: _Job, w: _Worker) -> int:
+    def _qos_level(self, job: _Job, w: _Worker, to_target: bool) -> int:
         """The job's urgency (specon.core.urgency): to its target loss, predicted from its
-        loss curve so far (``dqoes``), or to its declared end (``deadline``)."""
+        loss curve so far (``to_target``: ``dqoes``), or to its declared end (``deadline``)."""
         spec = job.spec
-        if self.policy.share == "dqoes":
+        if to_target:
             if spec.target_loss is None:
                 return ON_TRACK
             if job.result.target_reached_s is not None:
@@ -438,9 +431,7 @@ class Simulator:
                 steps = max(0.0, j.profile.iterations - j.done)
             left = (spec.submit_s + spec.deadline_s - self.now) if spec.deadline_s else math.inf
             judged[spec.name] = assess(steps, j.rate, j.cores, j.max_cores, left, reached)
-        w.first = prioritised(judged, w.cpus, w.first)
-        floor = min(1.0, self.cfg.qos_floor_cores / w.cpus)
-        limits = qos_limits(judged, w.cpus, floor, w.first)
+        limits, _ = w.ctl.judge_qos(judged, w.cpus, self.cfg.qos_floor_cores)
         out = []
         for j, c in zip(jobs, caps, strict=True):
             lim = limits[j.spec.name]
@@ -505,17 +496,9 @@ class Simulator:
             if cached is not None:
                 views.append(cached)
                 continue
-            pc = wc = cc = 0
-            for job in w.jobs.values():
-                if job.cat.category is Category.PROGRESSING:
-                    pc += 1
-                elif job.cat.category is Category.WATCHING:
-                    wc += 1
-                else:
-                    cc += 1
-            cc += len(w.reserved)
             used = self.cpu[w.name][-1][1] / w.cpus
-            view = WorkerView(w.name, pc, wc, cc, used, capacity=w.cpus * w.speed)
+            view = worker_view(w.name, w.ctl.counts(), len(w.reserved), used,
+                               capacity=w.cpus * w.speed)
             self._view_cache[w.name] = view
             views.append(view)
         return views
@@ -535,11 +518,8 @@ class Simulator:
         told = job.spec.cores
         job.threads = min(told if told is not None else w.cpus, job.curve.max_cores)
         w.jobs[job.spec.name] = job
-        job.flow.t = self.now
-        job.flow.cpu = 0.0
-        if self.policy.flowcon:
-            w.flow = flowcon.add_container(w.flow, job.spec.name, self.fparams)
-            self._flow_listener(w)
+        w.ctl.arrive(job.spec.name, self.now, job.attained, job.view)
+        self._flow_schedule(w)
         self._allocate(w)
         self._count(w)
 
@@ -552,9 +532,8 @@ class Simulator:
         job.version += 1
         if self.cfg.record_timeline:
             self.shares.setdefault(job.spec.name, []).append((self.now, "", 0.0))
-        if self.policy.flowcon:
-            w.flow = flowcon.remove_container(w.flow, job.spec.name, self.fparams)
-            self._flow_listener(w)
+        w.ctl.depart(job.spec.name, self.now)
+        self._flow_schedule(w)
         self._allocate(w)
         self._count(w)
 
@@ -568,40 +547,22 @@ class Simulator:
         self.remaining -= 1
 
     # -- FlowCon --------------------------------------------------------------------------
-    def _flow_listener(self, w: _Worker) -> None:
-        """Algorithm 2: reset the interval to its base and recompute the limits at once.
-
-        The limits are recomputed from the latest efficiencies without reclassifying (a few
-        seconds of log are no interval); the next classification comes at most one base
-        interval later, so frequent arrivals cannot postpone it forever.
-        """
-        eff = {n: j.last_eff for n, j in w.jobs.items()}
-        w.flow = flowcon.step(w.flow, eff, self.fparams, classify=False)
-        if not w.flow.lists:
-            self.flow_versions[w.name] += 1
-            self.flow_next[w.name] = math.inf
+    def _flow_schedule(self, w: _Worker) -> None:
+        """Follow the controller's next FlowCon interval (its listener may have moved it)."""
+        if not self.policy.flowcon:
             return
-        due = min(self.flow_next[w.name], self.now + w.flow.itval_s)
+        due = w.ctl.flow_due
         if due != self.flow_next[w.name]:
             self.flow_versions[w.name] += 1
             self.flow_next[w.name] = due
-            self.push(due, FLOW_TICK, w.name, self.flow_versions[w.name])
+            if due < math.inf:
+                self.push(due, FLOW_TICK, w.name, self.flow_versions[w.name])
 
     def _flow_tick(self, w: _Worker) -> None:
         self._advance(w)
-        eff: dict[str, float | None] = {}
-        for name, job in w.jobs.items():
-            g = job.measure(job.flow, self.now)
-            eff[name] = g.efficiency if g is not None else None
-            if g is not None:
-                job.last_eff = g.efficiency
-        w.flow = flowcon.step(w.flow, eff, self.fparams)
+        w.ctl.flow_tick(self.now, w.feed())
         self._allocate(w)
-        self.flow_versions[w.name] += 1
-        self.flow_next[w.name] = math.inf
-        if w.flow.lists:
-            self.flow_next[w.name] = self.now + w.flow.itval_s
-            self.push(self.now + w.flow.itval_s, FLOW_TICK, w.name, self.flow_versions[w.name])
+        self._flow_schedule(w)
 
     # -- SpeCon: categories, migration, rebalancing ------------------------------------------
     def _tick(self) -> None:
@@ -612,8 +573,8 @@ class Simulator:
             self._advance(w)
             if self.policy.specon:
                 requests.extend(self._categorize(w))
-            if SHARE_RULES[self.policy.share].ticked:
-                if self.policy.share == "slaq" and not self.policy.flowcon:
+            if self.share.ticked:
+                if self.share.measures and not self.policy.flowcon:
                     self._measure(w)
                 self._allocate(w)
         MOVES[self.policy.moves](self, requests)
@@ -639,42 +600,31 @@ class Simulator:
                 self._move(job, src, dst, "migrate")
 
     def _measure(self, w: _Worker) -> None:
-        """Efficiency per job for SLAQ's predictions (same growth code as FlowCon)."""
-        for job in w.jobs.values():
-            g = job.measure(job.flow, self.now)
-            if g is not None:
-                job.last_eff = g.efficiency
+        """Efficiency per job for SLAQ's predictions (FlowCon's measurement, no limits)."""
+        w.ctl.measure(self.now, w.feed())
 
     def _categorize(self, w: _Worker) -> list[_Job]:
-        growth: dict[str, float | None] = {}
-        for name, job in w.jobs.items():
-            g = job.measure(job.cat_probe, self.now)
-            growth[name] = g.progress if g is not None else None
-        res = categorize({n: j.cat for n, j in w.jobs.items()}, growth, self.cfg.alpha)
+        requests = w.ctl.categorize_tick(self.now, w.feed())
         self._view_cache.pop(w.name, None)
-        for name, st in res.states.items():
-            w.jobs[name].cat = st
-        return [w.jobs[n] for n in res.reallocation_requests]
+        return [w.jobs[n] for n in requests]
 
     def _reallocate(self, job: _Job) -> None:
-        """Algorithm 4 for one reallocation request."""
+        """Algorithm 4 for one reallocation request (specon.core.scoring.decide_reallocation,
+        the manager's rule)."""
         src = self.workers[job.worker or ""]
         if job.cat.migrated or job.state != "running":
             return
-        fits = self._fits(job)
-        decision = choose_host(
-            self._views(fits), self.cfg.weights, current_host=src.name,
-            category=job.cat.category,
-        )
-        if decision.target is None or decision.stay or not job.spec.migratable:
-            job.cat = replace(job.cat, migrated=True)
-            self._mark(job)
+        d = decide_reallocation(self._views(self._fits(job)), self.cfg.weights, src.name,
+                                job.cat.category, movable=job.spec.migratable)
+        if d.decision == "wait":
             return
-        if not self._can_move(src, self.workers[decision.target]):
+        dst = self.workers[d.target] if d.decision == "migrate" and d.target else None
+        if dst is not None and not self._can_move(src, dst):
             return  # caps reached: the request is raised again at the next interval
-        job.cat = replace(job.cat, migrated=True)
+        src.ctl.mark_migrated(job.spec.name)
         self._mark(job)
-        self._move(job, src, self.workers[decision.target], "migrate")
+        if dst is not None:
+            self._move(job, src, dst, "migrate")
 
     def _mark(self, job: _Job) -> None:
         """Remember when the job was marked migrated (its converged duration starts here)."""
@@ -713,8 +663,6 @@ class Simulator:
         dst.reserved.discard(job.spec.name)
         self._view_cache.pop(dst.name, None)
         self.migrating -= 1
-        job.cat_probe.t = self.now
-        job.cat_probe.cpu = 0.0
         self._join(job, dst)
 
     def _rebalance(self) -> None:
@@ -752,6 +700,9 @@ MoveFn = Callable[[Simulator, list[_Job]], None]
 class ShareRule:
     divide: ShareFn
     ticked: bool = False  # re-divide the CPU at every interval, not only on arrivals/exits
+    #: needs each job's growth efficiency at every interval (measured as FlowCon does, also
+    #: when the policy runs no FlowCon)
+    measures: bool = False
 
 
 SHARE_RULES: dict[str, ShareRule] = {}
@@ -759,9 +710,10 @@ PLACEMENTS: dict[str, PlaceFn] = {}
 MOVES: dict[str, MoveFn] = {}
 
 
-def register_share(name: str, ticked: bool = False) -> Callable[[ShareFn], ShareFn]:
+def register_share(name: str, ticked: bool = False,
+                   measures: bool = False) -> Callable[[ShareFn], ShareFn]:
     def deco(fn: ShareFn) -> ShareFn:
-        SHARE_RULES[name] = ShareRule(fn, ticked)
+        SHARE_RULES[name] = ShareRule(fn, ticked, measures)
         return fn
     return deco
 
@@ -778,9 +730,13 @@ def _las(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> lis
 
 
 @register_share("dqoes", ticked=True)
+def _dqoes(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    return by_priority(w.cpus, caps, [sim._qos_level(j, w, to_target=True) for j in jobs])
+
+
 @register_share("deadline", ticked=True)
-def _qos(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
-    return by_priority(w.cpus, caps, [sim._qos_level(j, w) for j in jobs])
+def _deadline(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    return by_priority(w.cpus, caps, [sim._qos_level(j, w, to_target=False) for j in jobs])
 
 
 @register_share("agent-qos", ticked=True)
@@ -788,18 +744,19 @@ def _agent_qos(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) 
     return waterfill(w.cpus, sim._agent_qos_caps(w, jobs, caps), [1.0] * len(jobs))
 
 
-@register_share("slaq", ticked=True)
+@register_share("slaq", ticked=True, measures=True)
 def _slaq(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
     return greedy_marginal(w.cpus, caps, [sim._slaq_value(j) for j in jobs],
                            [j.profile.speed for j in jobs], sim.cfg.slaq_quantum)
 
 
-@register_share("progress", ticked=True)
-def _progress(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
-    """specon.core.progress.node_shares as limits; jobs that take the hint run as many threads
-    as their limit allows."""
-    shares = node_shares(w.cpus, [sim._load(j, w) for j in jobs], sim.cfg.weights,
-                         fair=sim.cfg.fair_share)
+def _node_rule(sim: Simulator, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
+    """A node share rule of the core (specon.core.node.NODE_SHARES: the progress-aware
+    policy's, a test's), run by the worker's node controller as the agent runs it; the shares
+    are limits, and jobs that take the hint run as many threads as their limit allows."""
+    del caps
+    shares = w.ctl.divide(sim.policy.share, w.cpus, [sim._load(j, w) for j in jobs],
+                          sim.cfg.weights, sim.cfg.fair_share)
     cores = waterfill(w.cpus, [min(c, shares[j.spec.name]) for j, c in
                                zip(jobs, sim._hinted_caps(w, jobs), strict=True)],
                       [1.0] * len(jobs))

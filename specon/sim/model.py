@@ -1,4 +1,5 @@
-"""Simulation settings, policy descriptions and results (plain data, JSON-ready)."""
+"""Simulation settings and results (plain data, JSON-ready). The policies are
+specon.core.policy's."""
 
 from __future__ import annotations
 
@@ -57,47 +58,6 @@ class SimConfig:
     @property
     def flow_alpha(self) -> float:
         return self.flowcon_alpha if self.flowcon_alpha is not None else self.alpha
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    name: str
-    placement: str = "spread"  # "spread" (Kubernetes default) or "specon"
-    share: str = "equal"  # "equal" (CFS), "las", "slaq"
-    flowcon: bool = False
-    specon: bool = False  # categories (Algorithm 3) at every interval
-    moves: str = "none"  # "specon" (Algorithms 4-5), "progress" (gain beats cost) or "none"
-    thread_hint: bool = False  # jobs that use the SDK run as many threads as their limit
-    description: str = ""
-
-
-POLICIES: dict[str, Policy] = {
-    p.name: p
-    for p in (
-        Policy("default", description="Kubernetes default placement, equal CFS shares (DS/NA)"),
-        Policy("flowcon", flowcon=True, description="default placement + FlowCon limits"),
-        Policy("paper-specon", placement="specon", specon=True, moves="specon",
-               description="the research's SpeCon: Algorithms 3-5 (placement by job counts "
-               "per capacity, migration of converged jobs, rebalancing)"),
-        Policy("paper", placement="specon", specon=True, moves="specon", flowcon=True,
-               description="the research's full system: SpeCon + FlowCon"),
-        Policy("specon", placement="progress", specon=True, moves="progress",
-               description="progress-aware placement and moves, equal CPU shares on a node"),
-        Policy("specon+flowcon", placement="progress", share="progress", specon=True,
-               moves="progress", thread_hint=True,
-               description="the full system as shipped: progress-aware placement, CPU on a "
-               "node by work left, thread hints, moves that pay for themselves"),
-        Policy("las", share="las", description="least attained service first (Tiresias-like)"),
-        Policy("slaq", share="slaq", description="greedy CPU to the largest predicted loss drop"),
-        Policy("dqoes", share="dqoes",
-               description="CPU first to jobs predicted to miss their target loss (DQoES)"),
-        Policy("deadline", share="deadline",
-               description="CPU first to jobs predicted to miss their deadline (QoS-oriented)"),
-        Policy("agent-qos", share="agent-qos",
-               description="the node agent's QoS rule: soft caps for targets and deadlines"),
-        Policy("oracle", description="clairvoyant pooled SRPT: headroom reference, not a rival"),
-    )
-}
 
 
 @dataclass(slots=True)

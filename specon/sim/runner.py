@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specon.core.policy import POLICIES
 from specon.sim.engine import Simulator
-from specon.sim.model import POLICIES, RunResult, SimConfig
+from specon.sim.model import RunResult, SimConfig
 from specon.sim.oracle import simulate_oracle
 from specon.workload.models import Workload
 

@@ -10,12 +10,12 @@ import math
 import pytest
 
 from specon.core.flowcon import FlowConParams
+from specon.core.node import NodeController
 from specon.core.urgency import qos_limits
 from specon.qos import QosSpec, parse_timestamp
 from specon.sdk import Checkpointer, Reporter
 from specon_agent.actuators.cgroup import CgroupActuator
 from specon_agent.agent import Agent, LoopConfig, _Followed
-from specon_agent.control import NodeControl
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target, pod_targets, read_qos
 from specon_agent.qos import JobQos
@@ -115,7 +115,7 @@ def test_target_prediction_in_time():
 
 
 def test_control_uses_qos_limits_over_flowcon():
-    c = NodeControl(FlowConParams(alpha=0.01, itval_s=60, beta=1.0), 0.01)
+    c = NodeController(FlowConParams(alpha=0.01, itval_s=60, beta=1.0), 0.01)
     c.arrive("a", 0.0, 0)
     c.arrive("b", 0.0, 0)
     assert c.limits == {"a": 1.0, "b": 1.0} and c.floor == 0.5

@@ -5,7 +5,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specon.core.categorize import Category
-from specon.core.scoring import Weights, WorkerView, choose_host, placement_scores
+from specon.core.scoring import (
+    Weights,
+    WorkerView,
+    choose_host,
+    decide_reallocation,
+    placement_scores,
+)
 
 
 def test_worked_example_from_the_research():
@@ -70,3 +76,15 @@ def test_priorities_never_invert_specon_order(ws):
         for b in views:
             if a.score(weights) < b.score(weights):
                 assert out[a.name] >= out[b.name]
+
+
+def test_decide_reallocation_one_rule_for_the_simulator_and_the_manager() -> None:
+    crowded = [WorkerView("a", 3, 0, 1), WorkerView("b", 0, 0, 0)]
+    move = decide_reallocation(crowded, Weights(), "a", Category.CONVERGED)
+    assert (move.decision, move.target, move.migrated) == ("migrate", "b", True)
+    # a job that cannot move is judged best where it is, and marked: never asked again
+    stay = decide_reallocation(crowded, Weights(), "a", Category.CONVERGED, movable=False)
+    assert (stay.decision, stay.target, stay.migrated) == ("stay", "a", True)
+    best = decide_reallocation([WorkerView("a", 0, 0, 1), WorkerView("b", 1, 0, 0)], Weights(),
+                               "a", Category.CONVERGED)
+    assert (best.decision, best.migrated) == ("stay", True)

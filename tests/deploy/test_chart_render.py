@@ -41,6 +41,8 @@ def test_helm_lint_passes(plane_bin: Path, home: Path, actuator: str) -> None:
     ({"scheduler.mode": "replace"}, "/scheduler/mode"),
     ({"agent.logDirs": ["var/log/pods"]}, "/agent/logDirs/0"),
     ({"sharedVolume.size": "lots"}, "/sharedVolume/size"),
+    ({"manager.policy": "slaq"}, "/manager/policy"),  # a policy the agents cannot run
+    ({"agent.policy": "oracle"}, "/agent/policy"),
 ])
 def test_bad_values_fail_with_a_message_naming_the_value(
         plane_bin: Path, home: Path, values: dict[str, Any], where: str) -> None:
@@ -64,6 +66,8 @@ def test_defaults_are_the_shipped_parameters(plane_bin: Path, home: Path) -> Non
             float(env["SPECON_MANAGER_WEIGHT_WATCHING"]),
             float(env["SPECON_MANAGER_WEIGHT_CONVERGED"])) == defaults.WEIGHTS
     agent_env = env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])
+    # the shipped policy (docs/parameters.md), the same for the manager and the agents
+    assert env["SPECON_MANAGER_POLICY"] == agent_env["SPECON_AGENT_POLICY"] == defaults.POLICY
     assert float(agent_env["SPECON_AGENT_ALPHA"]) == defaults.ALPHA
     assert float(agent_env["SPECON_AGENT_INTERVAL_S"]) == defaults.INTERVAL_S
     # Every setting the chart passes is one the programs know (their settings forbid extras).
@@ -76,6 +80,23 @@ def test_defaults_are_the_shipped_parameters(plane_bin: Path, home: Path) -> Non
     for name in agent_env:
         if name.startswith("SPECON_AGENT_"):
             assert name[13:].lower() in AgentSettings.model_fields, name
+
+
+def test_the_policy_is_chosen_by_name_and_the_agents_follow_the_manager(
+        plane_bin: Path, home: Path) -> None:
+    from specon_agent.agent import agent_policy
+    from specon_manager.settings import ManagerSettings
+
+    objs = docs(render(plane_bin, home, {"manager.policy": "paper"}))
+    agent_env = env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])
+    assert agent_env["SPECON_AGENT_POLICY"] == "paper"
+    objs = docs(render(plane_bin, home, {"agent.policy": "flowcon"}))
+    agent_env = env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])
+    assert agent_env["SPECON_AGENT_POLICY"] == "flowcon"
+    # every name the schema lets through is one both programs run
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for name in schema["properties"]["manager"]["properties"]["policy"]["enum"]:
+        assert agent_policy(name).name == ManagerSettings(kubernetes=False, policy=name).policy
 
 
 def host_access(objs: list[dict[str, Any]]) -> dict[str, bool]:

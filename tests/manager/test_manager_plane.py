@@ -517,15 +517,19 @@ def test_pods_that_did_not_opt_in_or_cannot_be_recreated_are_never_moved(
     for pod in ("no-optin", legacy, fragile_pod, dep):
         agents[mnodes[3]].jobs[pod] = {"namespace": ns, "pod": pod, "category": "CC"}
     beat_all(agents)
+    # Never movable: judged best where they are and marked, so that the agent stops asking
+    # (the simulator's rule, specon.core.scoring.decide_reallocation).
     r1 = agents[mnodes[3]].reallocate(ns, "no-optin")
-    assert r1["decision"] == "refused" and "opt in" in r1["reason"]
+    assert r1["decision"] == "stay" and r1["migrated"] is True and "opt in" in r1["reason"]
     r2 = agents[mnodes[3]].reallocate(ns, legacy)
-    assert r2["decision"] == "refused" and "podReplacementPolicy" in r2["reason"]
+    assert r2["decision"] == "stay" and r2["migrated"] is True
+    assert "podReplacementPolicy" in r2["reason"]
     r3 = agents[mnodes[3]].reallocate(ns, fragile_pod)
-    assert r3["decision"] == "refused" and "would fail its Job" in r3["reason"], r3
-    assert "backoffLimit 0" in r3["reason"]
+    assert r3["decision"] == "stay" and r3["migrated"] is True, r3
+    assert "would fail its Job" in r3["reason"] and "backoffLimit 0" in r3["reason"]
     r4 = agents[mnodes[3]].reallocate(ns, dep)
-    assert r4["decision"] == "refused" and "migrate_replicaset_pods" in r4["reason"], r4
+    assert r4["decision"] == "stay" and r4["migrated"] is True, r4
+    assert "migrate_replicaset_pods" in r4["reason"]
     for pod in ("no-optin", legacy, fragile_pod, dep):
         assert running_on(api, ns, pod) == mnodes[3]
     assert "MigrationStarted" not in api.events(ns)

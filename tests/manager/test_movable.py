@@ -9,7 +9,11 @@ from typing import Any
 
 import pytest
 
-from specon_manager.migration import ignores_disruption, why_not_movable
+from specon.wire import Heartbeat, JobReport
+from specon_manager.metrics import ManagerMetrics
+from specon_manager.migration import MigrationController, ignores_disruption, why_not_movable
+from specon_manager.settings import ManagerSettings
+from specon_manager.state import ClusterState
 
 IGNORE = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
 
@@ -91,3 +95,64 @@ def test_the_marker_on_the_owner_says_the_job_was_moved_already() -> None:
     assert why_not_movable(owned_by("StatefulSet"), marked, "converged") == (
         "the job was already migrated")
     assert why_not_movable(owned_by("StatefulSet"), marked, "rebalance") is None
+
+
+class _Kube:
+    """Just enough of the API for MigrationController.start (no cluster here)."""
+
+    def __init__(self, p: dict[str, Any]) -> None:
+        self.pod = p
+        self.writes: list[str] = []
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        return self.pod if path.endswith("/pods/p") else None
+
+    def list(self, path: str, **params: str) -> list[dict[str, Any]]:
+        return []
+
+    def patch(self, path: str, body: Any, kind: str = "merge") -> dict[str, Any]:
+        self.writes.append(path)
+        return {}
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append(path)
+        return {}
+
+
+def _start(p: dict[str, Any]) -> tuple[Any, _Kube]:
+    """MigrationController.start on ``p`` (on node-1 with two progressing jobs; node-2 empty)."""
+    kube = _Kube(p)
+    state = ClusterState(stale_after_s=30)
+    for node, jobs in (("node-2", []), ("node-1", ["p", "x", "y"])):
+        state.record(Heartbeat(node=node, time=1.0, seq=1, capacity_cpus=4, load_cores=0,
+                               jobs=[JobReport(namespace="n", pod=j, category="CC" if j == "p"
+                                               else "PC") for j in jobs]))
+    ctl = MigrationController(kube, state, ManagerSettings(kubernetes=False),  # type: ignore[arg-type]
+                              ManagerMetrics())
+    return ctl.start(p), kube
+
+
+def test_a_pod_that_can_never_move_stays_marked_so_its_agent_stops_asking() -> None:
+    """The simulator's rule (specon.core.scoring.decide_reallocation): a job that cannot move
+    is judged best where it is and marked migrated; nothing is written to the pod."""
+    p = pod()
+    p["metadata"]["labels"] = {}
+    p["metadata"]["ownerReferences"] = []
+    p["spec"] = {"nodeName": "node-1"}
+    reply, kube = _start(p)
+    assert (reply.decision, reply.migrated, reply.target) == ("stay", True, "node-1")
+    assert "opt in" in reply.reason and kube.writes == []
+    # the same pod, opted in, moves to the empty node
+    p["metadata"]["labels"] = {"specon.io/migratable": "true"}
+    reply, kube = _start(p)
+    assert (reply.decision, reply.migrated, reply.target) == ("migrate", True, "node-2")
+
+
+def test_a_pod_that_is_ending_is_refused_unmarked() -> None:
+    p = pod()
+    p["metadata"]["ownerReferences"] = []
+    p["spec"] = {"nodeName": "node-1"}
+    p["status"] = {"phase": "Succeeded"}
+    reply, kube = _start(p)
+    assert (reply.decision, reply.migrated) == ("refused", False)
+    assert reply.reason == "the pod is not running" and kube.writes == []

@@ -3,9 +3,10 @@
 import pytest
 from synth import workload
 
+from specon.core.policy import POLICIES
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
 from specon.sim.engine import Simulator
-from specon.sim.model import POLICIES, SimConfig
+from specon.sim.model import SimConfig
 from specon.sim.oracle import simulate_oracle
 
 

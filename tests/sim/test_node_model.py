@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specon.core.policy import POLICIES
 from specon.core.speedup import OVERSUBSCRIPTION_PENALTY, Curve, interference, thread_speed
 from specon.sim.engine import Simulator
 from specon.sim.experiments import EXPERIMENTS, SINGLE_THREADED
-from specon.sim.model import POLICIES, SimConfig
+from specon.sim.model import SimConfig
 from specon.workload.load import parse_workload
 
 TABLE = {"1": 1.0, "2": 1.46, "4": 2.71, "8": 5.24}

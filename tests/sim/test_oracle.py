@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from specon.core.policy import POLICIES
 from specon.sim.engine import Simulator
 from specon.sim.experiments import EXPERIMENTS
 from specon.sim.generate import Shape, generate
-from specon.sim.model import POLICIES, RunResult, SimConfig
+from specon.sim.model import RunResult, SimConfig
 from specon.sim.oracle import simulate_oracle
 from specon.sim.runner import Matrix, run_one
 from specon.workload.load import parse_workload

@@ -4,9 +4,10 @@ policies, and the node agent's rule (agent-qos)."""
 import pytest
 from synth import workload
 
+from specon.core.policy import POLICIES
 from specon.sim.engine import Simulator
 from specon.sim.experiments import EXPERIMENTS
-from specon.sim.model import POLICIES, SimConfig
+from specon.sim.model import SimConfig
 from specon.sim.runner import run_matrix
 
 

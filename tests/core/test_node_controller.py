@@ -1,6 +1,7 @@
-"""The node's control state as the agent drives it: the listener at arrivals and departures,
-FlowCon lists and limits from real-looking loss streams and CPU counters, Algorithm 3's
-categories and its immediate reallocation request, and a job found mid-run."""
+"""The node controller (specon.core.node) as the agent drives it: the listener at arrivals and
+departures, FlowCon lists and limits from real-looking loss streams and CPU counters (in
+nanoseconds), Algorithm 3's categories and its immediate reallocation request, and a job found
+mid-run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
-from specon_agent.control import NodeControl
+from specon.core.node import NodeController
 
 PARAMS = FlowConParams(alpha=0.05, itval_s=10.0, beta=2.0)
 CORE_NS = 1_000_000_000
@@ -23,7 +24,7 @@ def falling(start: float, stop: float, n: int = 20) -> list[float]:
 
 
 def test_arrival_gets_the_whole_node_and_departure_recomputes_at_once() -> None:
-    c = NodeControl(PARAMS, alpha=0.05)
+    c = NodeController(PARAMS, alpha=0.05, per_second=CORE_NS)
     c.arrive("a", 0.0, 0)
     assert c.limits == {"a": 1.0} and c.dirty
     assert c.flow_due == 10.0
@@ -37,7 +38,7 @@ def test_arrival_gets_the_whole_node_and_departure_recomputes_at_once() -> None:
     assert c.limits == {} and math.isinf(c.flow_due)
 
 
-def run_interval(c: NodeControl, t: float, losses: dict[str, list[float]],
+def run_interval(c: NodeController, t: float, losses: dict[str, list[float]],
                  cpu: dict[str, int]) -> tuple[str, ...]:
     for cid, values in losses.items():
         c.add_losses(cid, values)
@@ -46,7 +47,7 @@ def run_interval(c: NodeControl, t: float, losses: dict[str, list[float]],
 
 
 def test_a_converged_job_falls_to_cl_at_the_floor_and_is_asked_to_move() -> None:
-    c = NodeControl(PARAMS, alpha=0.05)
+    c = NodeController(PARAMS, alpha=0.05, per_second=CORE_NS)
     for cid in ("old", "young1", "young2"):
         c.arrive(cid, 0.0, 0)
     cpu = dict.fromkeys(("old", "young1", "young2"), 0)
@@ -79,7 +80,7 @@ def test_a_converged_job_falls_to_cl_at_the_floor_and_is_asked_to_move() -> None
 
 
 def test_no_cpu_counter_means_no_efficiency_not_an_infinite_one() -> None:
-    c = NodeControl(PARAMS, alpha=0.05)
+    c = NodeController(PARAMS, alpha=0.05, per_second=CORE_NS)
     c.arrive("a", 0.0, None)
     c.add_losses("a", falling(10, 5))
     c.flow_tick(10.0, {"a": None})
@@ -91,10 +92,10 @@ def test_no_cpu_counter_means_no_efficiency_not_an_infinite_one() -> None:
 
 def test_a_job_found_mid_run_is_judged_against_its_whole_history() -> None:
     history = falling(10.0, 1.0, 90) + [1.0 + 0.01 * (i % 3) for i in range(100)]
-    primed = NodeControl(PARAMS, alpha=0.05)
+    primed = NodeController(PARAMS, alpha=0.05, per_second=CORE_NS)
     primed.arrive("a", 0.0, 0)
     primed.prime("a", history)
-    naive = NodeControl(PARAMS, alpha=0.05)
+    naive = NodeController(PARAMS, alpha=0.05, per_second=CORE_NS)
     naive.arrive("a", 0.0, 0)
     for c in (primed, naive):
         for k in range(1, 4):
@@ -108,7 +109,7 @@ def test_a_job_found_mid_run_is_judged_against_its_whole_history() -> None:
 
 
 def test_parameters_from_the_manager_replace_the_local_ones() -> None:
-    c = NodeControl(PARAMS, alpha=0.05)
+    c = NodeController(PARAMS, alpha=0.05, per_second=CORE_NS)
     assert c.set_parameters(0.01, 0.02, 1.0)
     assert (c.alpha, c.params.alpha, c.params.beta) == (0.01, 0.02, 1.0)
     assert not c.set_parameters(0.01, 0.02, 1.0)

@@ -1,0 +1,67 @@
+"""The progress-aware policy's moves on a period (specon.core.progress.plan_moves, the
+simulator's rule): the move that most reduces the predicted sum of completion times of its
+source and target, net of what a move costs (``migration_cost_s``), is started through the
+migration controller (so every safety rule and cap applies) when that net gain is positive.
+This replaces Algorithm 4's requests and Algorithm 5's rounds under that policy."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from specon.core.progress import PlannedMove, plan_moves
+from specon.core.qos_sched import migration_hold
+from specon.wire import LABEL_MIGRATABLE
+from specon_manager.kube import Kube, controller_ref, meta
+from specon_manager.metrics import ManagerMetrics
+from specon_manager.migration import MigrationController, why_not_movable
+from specon_manager.settings import ManagerSettings
+from specon_manager.state import ClusterState, pod_key
+
+log = logging.getLogger(__name__)
+REASON = "progress"
+
+
+class MovePlanner:
+    def __init__(self, kube: Kube, state: ClusterState, controller: MigrationController,
+                 settings: ManagerSettings, metrics: ManagerMetrics) -> None:
+        self.kube = kube
+        self.state = state
+        self.controller = controller
+        self.settings = settings
+        self.metrics = metrics
+
+    def run_once(self) -> list[PlannedMove]:
+        """One round; returns the moves that were started."""
+        # One move at a time: until it lands the heartbeats show the old layout.
+        if not self.controller.leader or self.controller.in_flight():
+            return []
+        cordoned = self.controller.cordoned()
+        nodes = self.state.node_loads(n for n in self.state.fresh_nodes() if n not in cordoned)
+        pods = {pod_key(meta(p)["namespace"], meta(p)["name"]): p for p in self.kube.list(
+            "/api/v1/pods", labelSelector=f"{LABEL_MIGRATABLE}=true")}
+        jobs: dict[str, dict[str, Any]] = {}
+        if any(controller_ref(p) for p in pods.values()):
+            jobs = {f"{meta(j)['namespace']}/{meta(j)['name']}": j
+                    for j in self.kube.list("/apis/batch/v1/jobs")}
+        movable = set()
+        for node, rep in self.state.jobs():
+            key = pod_key(rep.namespace, rep.pod)
+            pod = pods.get(key)
+            if pod is None or (pod.get("spec") or {}).get("nodeName") != node:
+                continue
+            ref = controller_ref(pod)
+            job = jobs.get(f"{rep.namespace}/{ref.get('name')}") if ref else None
+            if why_not_movable(pod, job, REASON) is None and not migration_hold(
+                    rep.qos, rep.slack_s, self.settings.migration_cost_s):
+                movable.add(key)
+        busy = frozenset(self.controller.busy_nodes())
+        cost = dict.fromkeys(movable, self.settings.migration_cost_s)
+        started = []
+        for mv in plan_moves(nodes, cost, frozenset(movable), busy, self.state.weights):
+            reply = self.controller.start(pods[mv.job], reason=REASON, target=mv.target)
+            log.info("move %s: %s -> %s (predicted gain %.0f s): %s %s", mv.job, mv.source,
+                     mv.target, mv.gain_s, reply.decision, reply.reason)
+            if reply.decision == "migrate":
+                started.append(mv)
+        return started

@@ -1,0 +1,96 @@
+"""The agent runs the policy it is given by name (specon.core.policy): the progress-aware
+policy's node rule divides the node by each job's work left, measured from its steps and CPU;
+the research's policy keeps FlowCon and Algorithm 3's requests; a policy whose node rules the
+agent lacks is refused with the rule named."""
+
+from __future__ import annotations
+
+import pytest
+
+from specon_agent.actuators.cgroup import CgroupActuator
+from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.discovery import Target
+from specon_agent.settings import SettingsProblem, load_settings
+
+LONG, SHORT, NEW = "1" * 64, "2" * 64, "3" * 64
+
+
+class Actuator(CgroupActuator):
+    """Writes nothing: the limits stay in the controller (no cgroups here)."""
+
+    def apply_many(self, fractions, floor=0.0):  # type: ignore[no-untyped-def]
+        return [], {}
+
+
+class Meter:
+    """CPU counters (ns) the test sets."""
+
+    def __init__(self) -> None:
+        self.ns: dict[str, int] = {}
+
+    def usage_ns(self, cid: str) -> int | None:
+        return self.ns.get(cid)
+
+    def forget(self, cid: str) -> None:
+        self.ns.pop(cid, None)
+
+
+def follow(agent: Agent, meter: Meter, cid: str, total: int | None, now: float = 0.0) -> None:
+    meter.ns[cid] = 0
+    agent.jobs[cid] = _Followed(Target(cid=cid, namespace="ns", pod=f"p-{cid}",
+                                       total_steps=total), None, arrived=now, cpu0=0)
+    agent.control.arrive(cid, now, 0)
+
+
+def test_the_progress_policy_gives_the_node_to_the_job_with_least_work_left() -> None:
+    meter = Meter()
+    agent = Agent(LoopConfig(node="n", policy="specon+flowcon"), Actuator(node_cpus=2),
+                  meter)  # type: ignore[arg-type]
+    for cid in (LONG, SHORT, NEW):
+        follow(agent, meter, cid, total=1000)
+    # one CPU-second a step: 900 s of work left for LONG, 50 s for SHORT
+    agent.jobs[LONG].step, agent.jobs[SHORT].step = 100, 950
+    meter.ns.update({LONG: 100 * 10**9, SHORT: 950 * 10**9})
+    agent._divide(60.0)
+    cores = {cid: v * 2 for cid, v in agent.control.shares.items()}
+    # a job not measured yet is served first (as FlowCon serves a new job), then the shortest
+    assert cores[NEW] > cores[SHORT] > cores[LONG] > 0, cores
+    assert agent.control.limits[LONG] == agent.control.shares[LONG]
+    agent.jobs[NEW].step = 10
+    meter.ns[NEW] = 10 * 10**9  # 990 s left: now the longest
+    agent.next_poll = 0.0
+    agent.step(61.0)  # a poll: its first step re-divides the node at once
+    cores = {cid: v * 2 for cid, v in agent.control.shares.items()}
+    assert cores[SHORT] > cores[LONG] > cores[NEW], cores
+    report = {j.pod: j for j in agent.heartbeat(61.0).jobs}
+    assert report[f"p-{SHORT}"].work_s == pytest.approx(50.0)
+    assert report[f"p-{LONG}"].step == 100
+
+
+def test_the_research_policy_keeps_flowcon_and_asks_to_move() -> None:
+    meter = Meter()
+    agent = Agent(LoopConfig(node="n"), CgroupActuator(node_cpus=4), meter)  # type: ignore[arg-type]
+    assert agent.policy.name == "paper" and agent.policy.flowcon and agent.policy.asks_to_move
+    for cid in (LONG, SHORT):
+        follow(agent, meter, cid, total=None)
+    agent._divide(1.0)
+    assert agent.control.shares == {}  # FlowCon decides
+    progress = Agent(LoopConfig(node="n", policy="specon+flowcon"), CgroupActuator(node_cpus=4),
+                     meter)  # type: ignore[arg-type]
+    assert not progress.policy.asks_to_move and not progress.policy.flowcon
+    # Algorithm 3 asks to move a converged job on a crowded node: the research's agent sends
+    # the request, the progress-aware one leaves the moves to the manager's plan
+    for a in (agent, progress):
+        if NEW not in a.jobs:
+            follow(a, meter, NEW, total=None)
+        a.control.categorize_tick = lambda now, cpu: (NEW,)  # type: ignore[method-assign]
+        a._categorize(200.0)
+    assert agent.jobs[NEW].asked and not progress.jobs[NEW].asked
+
+
+def test_a_policy_the_agent_cannot_run_is_refused_by_name() -> None:
+    assert load_settings(["--policy", "specon+flowcon"]).policy == "specon+flowcon"
+    with pytest.raises(SettingsProblem, match="share rule 'slaq'"):
+        load_settings(["--policy", "slaq"])
+    with pytest.raises(SettingsProblem, match="unknown policy 'fifo'"):
+        load_settings(["--policy", "fifo"])
