@@ -871,7 +871,9 @@ def test_a_job_outside_the_managers_training_namespaces_is_never_moved(
               {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
               {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     reads = [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list"]},
-             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]}]
+             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
+             {"apiGroups": ["apps"], "resources": ["statefulsets", "replicasets"],
+              "verbs": ["get", "list"]}]
     kubeconfig = plane.service_account_kubeconfig(allowed, "manager", rules=writes,
                                                   cluster_rules=reads)
     mp = ManagerProcess(plane, tmp_path, tokens, port=ext_port, kubeconfig=kubeconfig)
