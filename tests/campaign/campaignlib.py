@@ -456,8 +456,13 @@ class EngineLane:
             self.dockerd.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.dockerd.wait(60)
-        # the engine's own containerd, should it outlive it
+        # the engine's own containerd, should it outlive it, and the mounts it leaves (its
+        # data root is bind-mounted onto itself)
         subprocess.run(["pkill", "-f", str(self.root)], check=False)
+        with open("/proc/self/mounts") as f:
+            points = [ln.split()[1] for ln in f if ln.split()[1].startswith(str(self.root))]
+        for point in sorted(points, key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], check=False, capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
