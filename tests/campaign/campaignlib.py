@@ -39,7 +39,6 @@ The invariants, checked every tick and at the end (``Violation``):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -62,7 +61,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "manager"))  # planemanager
 
 from planelib import Plane, free_port
-from planemanager import REPO, Api, JobStandIn, ManagerProcess
+from planemanager import REPO, Api, JobStandIn, ManagerProcess, give_container_ids
 
 PLANE_KINDS = ("manager-kill", "lease-split", "apiserver-outage", "etcd-restart", "agent-kill",
                "node-notready", "corrupt-checkpoint", "heartbeat-storm")
@@ -557,7 +556,7 @@ class World:
     def tick(self) -> None:
         with self._lock:
             pods = self.api.pods(self.ns)
-            self._play_kubelet(pods)
+            give_container_ids(self.plane, self.ns, pods)
             by_job: dict[str, list[dict[str, Any]]] = {}
             for p in pods:
                 j = (p["metadata"].get("labels") or {}).get("campaign-job")
@@ -568,21 +567,6 @@ class World:
             live = sum(1 for j in self.jobs.values() if not j.done)
             if self.submitting and live < self.active_jobs:
                 self._submit()
-
-    def _play_kubelet(self, pods: list[dict[str, Any]]) -> None:
-        """A container ID in the status of every running pod that has none (the agents find
-        containers by it), one per pod."""
-        for p in pods:
-            st = p["status"]
-            cs = (st.get("containerStatuses") or [{}])[0]
-            if st.get("phase") != "Running" or p["metadata"].get("deletionTimestamp") or (
-                    cs.get("containerID")) or "running" not in (cs.get("state") or {}):
-                continue
-            body = {"status": {"containerStatuses": [{
-                **cs, "containerID": "containerd://" + hashlib.sha256(
-                    p["metadata"]["uid"].encode()).hexdigest()}]}}
-            self.plane.kubectl("patch", "pod", "-n", self.ns, p["metadata"]["name"],
-                               "--subresource=status", "--type=merge", "-p", json.dumps(body))
 
     def _submit(self) -> None:
         self.submitted += 1

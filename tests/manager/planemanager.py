@@ -298,6 +298,23 @@ class AgentStandIn:
         return out
 
 
+def give_container_ids(plane: Plane, ns: str, pods: list[dict[str, Any]]) -> None:
+    """What a kubelet reports and KWOK does not: a container ID in the status of every running
+    pod that has none (node agents find containers by it). One ID per pod (from its UID), so
+    that KWOK rewriting the status does not make a new container."""
+    for p in pods:
+        st = p["status"]
+        cs = (st.get("containerStatuses") or [{}])[0]
+        if st.get("phase") != "Running" or p["metadata"].get("deletionTimestamp") or (
+                cs.get("containerID")) or "running" not in (cs.get("state") or {}):
+            continue
+        body = {"status": {"containerStatuses": [{
+            **cs, "containerID": "containerd://" + hashlib.sha256(
+                p["metadata"]["uid"].encode()).hexdigest()}]}}
+        plane.kubectl("patch", "pod", "-n", ns, p["metadata"]["name"], "--subresource=status",
+                      "--type=merge", "-p", json.dumps(body))
+
+
 def scheduler_config(port: int, node_cache: bool) -> list[dict[str, Any]]:
     return [{"urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter",
              "prioritizeVerb": "prioritize", "weight": 10, "nodeCacheCapable": node_cache,

@@ -14,7 +14,6 @@ the extender with mutual TLS."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -32,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 from planelib import Plane, free_port
-from planemanager import REPO, Api, JobStandIn, ManagerProcess, wait_for
+from planemanager import REPO, Api, JobStandIn, ManagerProcess, give_container_ids, wait_for
 from tlslib import issue, make_ca
 
 from specon.sdk import Reporter
@@ -90,20 +89,7 @@ def train_pod(name: str, tag: str, node: str, files: str, migratable: bool) -> d
 
 
 def play_kubelet(plane: Plane, api: Api, ns: str) -> None:
-    """A container ID in the status of every running pod that has none (what a kubelet
-    reports; the agents find containers by it). One ID per pod, so that KWOK rewriting the
-    status does not make a new container."""
-    for p in api.pods(ns):
-        st = p["status"]
-        cs = (st.get("containerStatuses") or [{}])[0]
-        if st.get("phase") != "Running" or p["metadata"].get("deletionTimestamp") or (
-                cs.get("containerID")) or "running" not in (cs.get("state") or {}):
-            continue
-        body = {"status": {"containerStatuses": [{
-            **cs, "containerID": "containerd://" + hashlib.sha256(
-                p["metadata"]["uid"].encode()).hexdigest()}]}}
-        plane.kubectl("patch", "pod", "-n", ns, p["metadata"]["name"], "--subresource=status",
-                      "--type=merge", "-p", json.dumps(body))
+    give_container_ids(plane, ns, api.pods(ns))
 
 
 AUDIENCE = "specon-manager"
