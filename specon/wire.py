@@ -88,6 +88,10 @@ class JobReport(_Wire):
     work_s: NonNeg | None = None
     limit: Fraction = 1.0
     cpu_cores: NonNeg = 0.0
+    #: The CPU limit its owner set (cores) when the agent has changed it (None: unchanged, or
+    #: no limit): a copy of the pod the manager makes for a migration gets the owner's limit,
+    #: not the agent's.
+    owner_limit_cores: NonNeg | None = None
     migrated: bool = False
     checkpointable: bool = False  # honours the training contract (can be moved)
     #: Quality target and deadline (docs/qos.md); None when the pod states none.

@@ -659,6 +659,7 @@ class Agent:
                 growth=g.progress if g is not None else None,
                 efficiency=view.efficiency, loss=view.loss,
                 limit=min(1.0, self.control.limits.get(cid, 1.0)), cpu_cores=view.cores,
+                owner_limit_cores=self.actuator.owner_cores(cid),
                 migrated=view.cat.migrated, checkpointable=t.migratable,
                 step=int(job.step) if job.step > 0 else None,
                 work_s=job.load.work if job.load is not None and job.step > job.step0 else None,

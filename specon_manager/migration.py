@@ -38,6 +38,7 @@ from specon.core.categorize import Category
 from specon.core.policy import lookup
 from specon.core.qos_sched import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
+from specon.quantity import millicores, parse_cpu
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
 from specon_manager.kube import (
     OWNERS,
@@ -190,6 +191,24 @@ def _why_not_replicated(owner: dict[str, Any], kind: str, replicasets: bool) -> 
                 "terminates; only a non-ignorable extender holds it until the old one has "
                 "saved, so its pods move only with migrate_replicaset_pods (docs/manager.md)")
     return None
+
+
+def with_cpu_limit(spec: dict[str, Any], container: str, cores: float) -> None:
+    """Set ``container``'s CPU limit in a pod spec (in place), and lower its CPU request to it
+    when above (the API refuses a request over the limit)."""
+    for c in spec.get("containers") or ():
+        if c.get("name") != container:
+            continue
+        res = c.setdefault("resources", {})
+        value = millicores(cores)
+        res.setdefault("limits", {})["cpu"] = value
+        req = (res.get("requests") or {}).get("cpu")
+        try:
+            above = req is not None and parse_cpu(req) > cores
+        except ValueError:
+            above = False
+        if above:
+            res["requests"]["cpu"] = value
 
 
 def owner_of(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -600,6 +619,12 @@ class MigrationController:
         spec = pinned(src["spec"], m.target)
         spec.pop("nodeName", None)
         spec["schedulingGates"] = [{"name": GATE}]
+        # The source's spec holds the limit its agent set (resize actuator): the copy gets the
+        # owner's, as the source's agent last reported it (the fault campaign found a moved
+        # job keeping the agent's limit for good).
+        rep = self.state.job_on(m.source, m.namespace, m.pod, m.pod_uid)
+        if rep is not None and rep.owner_limit_cores is not None:
+            with_cpu_limit(spec, rep.container, rep.owner_limit_cores)
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": m.replacement, "namespace": m.namespace,
             "labels": {**(md.get("labels") or {}), L_MIGRATING: "true"}, "annotations": ann},

@@ -259,6 +259,12 @@ class Actuator(ABC):
         self._record(container_id, None)
         self._located.pop(container_id, None)
 
+    def owner_cores(self, container_id: str) -> float | None:
+        """The limit the container's owner set (cores) if this actuator changed it; None when
+        unchanged or unlimited."""
+        original = self._original.get(container_id)
+        return None if original is None else original.cores
+
     @property
     def changed(self) -> frozenset[str]:
         """The containers whose limit this actuator changed and has not restored."""

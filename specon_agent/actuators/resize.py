@@ -19,6 +19,9 @@ from typing import Any
 
 import httpx
 
+from specon.quantity import millicores as cpu_quantity
+from specon.quantity import parse_cpu
+
 from .base import (
     DEFAULT_PERIOD_US,
     Actuator,
@@ -38,17 +41,8 @@ class PodContainer:
     container: str
 
 
-def parse_cpu(quantity: str | int | float) -> float:
-    """Cores from a Kubernetes CPU quantity ("1500m", "2", "0.5")."""
-    text = str(quantity).strip()
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    return float(text)
-
-
 def millicores(limit: CpuLimit) -> str:
-    cores = limit.cores or 0.0
-    return f"{max(1, round(cores * 1000))}m"
+    return cpu_quantity(limit.cores or 0.0)
 
 
 class ResizeActuator(Actuator):

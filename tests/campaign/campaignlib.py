@@ -63,6 +63,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "manager"))  # plan
 from planelib import Plane, free_port
 from planemanager import REPO, Api, JobStandIn, ManagerProcess, give_container_ids
 
+from specon.quantity import parse_cpu
+
 PLANE_KINDS = ("manager-kill", "lease-split", "apiserver-outage", "etcd-restart", "agent-kill",
                "node-notready", "corrupt-checkpoint", "heartbeat-storm")
 KINDS = (*PLANE_KINDS, "engine-restart")
@@ -883,7 +885,7 @@ class World:
             if not _live(p) or "campaign-job" not in (p["metadata"].get("labels") or {}):
                 continue
             lim = p["spec"]["containers"][0].get("resources", {}).get("limits", {}).get("cpu")
-            if lim != OWNER_LIMIT:
+            if lim is None or parse_cpu(lim) != parse_cpu(OWNER_LIMIT):
                 self.violations.append(f"{p['metadata']['name']}: CPU limit {lim} after the "
                                        f"agents left, its owner set {OWNER_LIMIT}")
         if self.engine is not None:

@@ -156,3 +156,21 @@ def test_a_pod_that_is_ending_is_refused_unmarked() -> None:
     reply, kube = _start(p)
     assert (reply.decision, reply.migrated) == ("refused", False)
     assert reply.reason == "the pod is not running" and kube.writes == []
+
+
+def test_a_copy_gets_the_owners_cpu_limit_back() -> None:
+    """The manager copies a bare pod's spec for its replacement; with the resize actuator the
+    spec holds the agent's limit, so the copy is given the owner's (as the source's agent
+    reports it), and a request the agent lowered with the limit stays at most the limit."""
+    from specon_manager.migration import with_cpu_limit
+
+    spec = {"containers": [
+        {"name": "main", "resources": {"limits": {"cpu": "400m"}, "requests": {"cpu": "400m"}}},
+        {"name": "side", "resources": {"limits": {"cpu": "1"}}}]}
+    with_cpu_limit(spec, "main", 2.0)
+    assert spec["containers"][0]["resources"] == {"limits": {"cpu": "2000m"},
+                                                  "requests": {"cpu": "400m"}}
+    assert spec["containers"][1]["resources"] == {"limits": {"cpu": "1"}}
+    with_cpu_limit(spec, "main", 0.25)
+    assert spec["containers"][0]["resources"] == {"limits": {"cpu": "250m"},
+                                                  "requests": {"cpu": "250m"}}

@@ -34,6 +34,7 @@ from planelib import Plane, free_port
 from planemanager import REPO, Api, JobStandIn, ManagerProcess, give_container_ids, wait_for
 from tlslib import issue, make_ca
 
+from specon.quantity import parse_cpu
 from specon.sdk import Reporter
 
 pytestmark = pytest.mark.plane
@@ -240,6 +241,13 @@ def test_real_agents_move_a_converged_job_to_the_chosen_node_where_it_resumes(
         assert "specon_agent_auth_refusals_total{" not in metrics, metrics
         assert 'specon_heartbeats_total{result="forbidden"} 0.0' in metrics
         assert 'specon_extender_requests_total{result="ok",verb="filter"}' in metrics
+        codes = [a.stop() for a in agents]
+        # Every limit is its owner's once the agents have left, the moved job's too: the
+        # manager's copy of the pod got the owner's limit, not the one the source's agent had
+        # set (found by the fault campaign).
+        owner = {p["metadata"]["name"]: parse_cpu(p["spec"]["containers"][0]["resources"][
+            "limits"]["cpu"]) for p in api.pods(ns) if p["metadata"]["name"].startswith("train")}
+        assert owner == dict.fromkeys(("train-b", "train-c", "train-d", job.pod), 2.0), owner
     finally:
         codes = [a.stop() for a in agents]
         api.close()
