@@ -151,8 +151,11 @@ def installed(plane: Plane, plane_bin: Path, home: Path,
     try:
         yield inst
     finally:
+        # KWOK runs no container, so the uninstall hook's Job would never end here: it is run
+        # as its own account by tests/deploy/test_drain_plane.py, and for real inside
+        # `helm uninstall` by tests/nodes/test_e2e.py.
         helm(plane_bin, "uninstall", release, "--namespace", ns, "--kubeconfig",
-             str(plane.kubeconfig), home=home, check=False)
+             str(plane.kubeconfig), "--no-hooks", home=home, check=False)
         for node in nodes:
             plane.delete_node(node)
         for name in (ns, other):
