@@ -22,7 +22,7 @@ from .actuators.ledger import Ledger
 from .agent import Agent, LoopConfig
 from .cpu import CpuMeter
 from .discovery import DockerDiscovery, KubeDiscovery
-from .manager import ManagerLink
+from .link import ManagerLink
 from .metrics import AgentMetrics
 from .settings import AgentSettings, SettingsProblem, load_settings
 

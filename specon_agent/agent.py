@@ -43,7 +43,7 @@ from specon.wire import (
 from .actuators import Actuator, ActuatorError, ContainerGone
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Event, Resync, Target
-from .manager import ManagerLink
+from .link import ManagerLink
 from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
 from .progress import ProgressSource
 from .qos import JobQos

@@ -23,7 +23,7 @@ from planemanager import Api, ManagerProcess, apply, running_on, train_pod, wait
 from tlslib import Pair, issue, make_ca
 
 from specon.wire import HeartbeatReply
-from specon_agent.manager import ManagerLink
+from specon_agent.link import ManagerLink
 
 pytestmark = pytest.mark.plane
 

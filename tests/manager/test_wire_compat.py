@@ -25,7 +25,7 @@ from specon.wire import (
     ReallocationReply,
     ReallocationRequest,
 )
-from specon_agent.manager import ManagerLink
+from specon_agent.link import ManagerLink
 from specon_manager.app import create_app
 from specon_manager.auth import NodeTokens
 from specon_manager.settings import ManagerSettings
