@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from specon import names
 from specon.core.categorize import Category
@@ -68,6 +69,15 @@ class Reservation:
     source_present: bool = True
 
 
+#: kube-scheduler's extender priorities run 0..10 (extenderv1.MaxExtenderPriority).
+MAX_PRIORITY = 10
+
+
+def host_priority(name: str, score: int) -> bytes:
+    """One HostPriority of the extender's wire, ``{"Host":"<name>","Score":<score>}``."""
+    return b'{"Host":' + orjson.dumps(name) + b',"Score":' + str(score).encode() + b"}"
+
+
 #: A kept heartbeat's JSON may be at most this many bytes per job (plus one such allowance):
 #: a padded body is re-encoded, so the memory a node costs follows what it reports.
 RAW_BYTES_PER_JOB = 1024
@@ -111,8 +121,10 @@ class NodeTable:
     """What the extender needs of each node, as columns kept up to date at each heartbeat, so
     that a scheduler call is one look-up per node name and a few array operations: the
     SpeCon score of the node's reported jobs (reservations not included), its load (0..1),
-    free CPUs, at-risk jobs and when the heartbeat came. Row 0 is "no such node" (never
-    fresh). Not locked itself: :class:`ClusterState` holds its lock around writes and reads."""
+    free CPUs, at-risk jobs and when the heartbeat came; and, per row, the node's
+    HostPriority already encoded for each score 0..MAX_PRIORITY, so that an answer is gathered
+    and joined, not encoded. Row 0 is "no such node" (never fresh, nothing encoded). Not
+    locked itself: :class:`ClusterState` holds its lock around writes and reads."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self.row: dict[str, int] = {}
@@ -123,6 +135,7 @@ class NodeTable:
         self.free_cpus = np.zeros(capacity)
         self.at_risk = np.zeros(capacity)
         self.received = np.full(capacity, -np.inf)
+        self.encoded = np.empty((capacity, MAX_PRIORITY + 1), dtype=object)
 
     def put(self, node: str, received: float, score: float, load: float, free_cpus: float,
             at_risk: int) -> None:
@@ -130,6 +143,7 @@ class NodeTable:
         if i is None:
             i = self.free_rows.pop() if self.free_rows else self._grow()
             self.row[node] = i
+            self.encoded[i] = [host_priority(node, k) for k in range(MAX_PRIORITY + 1)]
         self.score[i], self.load[i], self.free_cpus[i] = score, load, free_cpus
         self.at_risk[i], self.received[i] = at_risk, received
 
@@ -145,6 +159,7 @@ class NodeTable:
             for name in ("score", "load", "free_cpus", "at_risk"):
                 setattr(self, name, np.concatenate([getattr(self, name), np.zeros(i)]))
             self.received = np.concatenate([self.received, np.full(i, -np.inf)])
+            self.encoded = np.concatenate([self.encoded, np.empty_like(self.encoded)])
         self.used += 1
         return i
 
@@ -152,6 +167,15 @@ class NodeTable:
         # map() over dict.get with a default of row 0 runs in C: ~3x a comprehension.
         return np.fromiter(map(self.row.get, names, itertools.repeat(0, len(names))),
                            dtype=np.intp, count=len(names))
+
+    def encode(self, names: list[str], rows: npt.NDArray[np.intp],
+               scores: npt.NDArray[np.int64]) -> bytes:
+        """The HostPriorityList ``[{"Host": name, "Score": score}, ...]`` as JSON bytes: the
+        rows' encoded items gathered by score (a name with no row is encoded here)."""
+        items = self.encoded[rows, scores]
+        for k in np.flatnonzero(rows == 0).tolist():
+            items[k] = host_priority(names[k], int(scores[k]))
+        return b"[" + b",".join(items.tolist()) + b"]"
 
 
 @dataclass
@@ -203,29 +227,40 @@ class ClusterState:
             self._table.drop(node)
 
     # -- the extender's look-ups (no per-node objects built) ------------------------------------
-    def priorities(self, names: list[str], max_score: int) -> list[int]:
-        """Algorithm 4's extender priorities of these nodes, positionally (0: no fresh
-        heartbeat); a reserved migration target counts its incoming job as converged."""
+    def _priorities(self, rows: npt.NDArray[np.intp], qos: bool) -> npt.NDArray[np.int64]:
+        """Positional priorities of these rows (0: no fresh heartbeat): Algorithm 4's, where a
+        reserved migration target counts its incoming job as converged, or the QoS rule's.
+        Called with the lock held."""
         t = self._table
-        with self._lock:
-            rows = t.rows(names)
-            score, load, received = t.score[rows], t.load[rows], t.received[rows]
-            incoming = self._incoming
-            for target, count in incoming.items():
-                row = t.row.get(target)
-                if row is not None:
-                    score[rows == row] += count * self.weights.converged
+        received = t.received[rows]
         fresh = (self.clock() - received) <= self.stale_after_s
-        return placement_priorities(score, load, fresh, max_score).tolist()  # type: ignore[no-any-return]
+        if qos:
+            return qos_priorities(t.free_cpus[rows], t.at_risk[rows], fresh, MAX_PRIORITY)
+        score = t.score[rows]
+        for target, count in self._incoming.items():
+            row = t.row.get(target)
+            if row is not None:
+                score[rows == row] += count * self.weights.converged
+        return placement_priorities(score, t.load[rows], fresh, MAX_PRIORITY)
 
-    def qos_priorities(self, names: list[str], max_score: int) -> list[int]:
-        """The QoS placement's priorities of these nodes, positionally (0: no fresh heartbeat)."""
+    def priorities(self, names: list[str], qos: bool = False) -> list[int]:
+        """The extender priorities of these nodes (0..MAX_PRIORITY), positionally: the SpeCon
+        rule, or with ``qos`` the QoS placement's."""
+        with self._lock:
+            return self._priorities(self._table.rows(names), qos).tolist()  # type: ignore[no-any-return]
+
+    def encoded_priorities(self, names: list[str], qos: bool = False) -> bytes:
+        """:meth:`priorities` as the extender's HostPriorityList, JSON bytes."""
+        t = self._table
+        with self._lock:  # rows are reused after forget_node: gather under the lock
+            rows = t.rows(names)
+            return t.encode(names, rows, self._priorities(rows, qos))
+
+    def encoded_scores(self, names: list[str], scores: list[int]) -> bytes:
+        """A HostPriorityList of given scores (0..MAX_PRIORITY) for these nodes."""
         t = self._table
         with self._lock:
-            rows = t.rows(names)
-            free, at_risk, received = t.free_cpus[rows], t.at_risk[rows], t.received[rows]
-        fresh = (self.clock() - received) <= self.stale_after_s
-        return qos_priorities(free, at_risk, fresh, max_score).tolist()  # type: ignore[no-any-return]
+            return t.encode(names, t.rows(names), np.asarray(scores, dtype=np.int64))
 
     def is_fresh(self, node: str, now: float | None = None) -> bool:
         now = self.clock() if now is None else now
