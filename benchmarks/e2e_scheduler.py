@@ -2,18 +2,26 @@
 against the same kube-scheduler without it, on KWOK nodes of the test plane.
 
 Usage: python benchmarks/e2e_scheduler.py [--nodes 1000] [--pods 2000] [--repeats 2]
+       [--percentage-of-nodes-to-score N]
 
 Needs the test plane's binaries (``SPECON_TESTPLANE_BIN``, see docs/testplane.md) and takes the
 plane lock's place: run it alone. Starts a plane, adds ``--nodes`` KWOK nodes, starts the real
 manager (``python -m specon_manager``, no controllers) and sends one heartbeat per node (3 jobs
 each, different mixes, so the scores differ). Then, for each scheduler in turn — ``specon``
-(filter and prioritize by the extender, ``nodeCacheCapable: true``, as the chart configures)
-and ``plain`` (the same kube-scheduler and configuration without the extender) — creates
-``--pods`` training pods for it while it is stopped, starts it and times the bindings: pods
-per second from the first bound pod to the last. Both schedulers get the same client QPS
-(1,000) so the API client's rate limit is not what is measured. Prints the manager's extender
-latency histogram (``specon_extender_request_duration_seconds``) and the scheduler's own
-extender metrics where it exports them.
+(filter and prioritize by the extender, as the chart configures it: ``nodeCacheCapable:
+true``, ``ignorable: true``, ``weight: 5``, ``httpTimeout: 5s``; plain HTTP on loopback
+instead of the chart's mutual TLS) and ``plain`` (the same kube-scheduler, the same
+configuration without the ``extenders`` list) — creates ``--pods`` training pods for it while
+it is stopped, starts it and times the bindings: pods per second from the first bound pod to
+the last. Both get the same configuration otherwise, printed at the start: client QPS 1,000
+and burst 2,000 (so the API client's rate limit is not what is measured), no leader election,
+``percentageOfNodesToScore`` as given (default: unset, kube-scheduler's adaptive default in
+both). The arms alternate, ``--repeats`` times each. Prints the manager's extender latency
+histogram (``specon_extender_request_duration_seconds``) and the scheduler's own
+(``scheduler_framework_extension_point_duration_seconds`` has no extender label; the
+extender's calls are in ``scheduler_scheduling_algorithm_duration_seconds`` and
+``scheduler_pod_scheduling_sli_duration_seconds``), read from its ``/metrics``, which it
+serves unauthenticated here (``--authorization-always-allow-paths`` with ``/metrics`` added).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from planelib import Plane, require_bin_dir  # noqa: E402
+from planelib import KWOK_NODE_ANNOTATION, Plane, require_bin_dir  # noqa: E402
 
 CATS = ("PC", "WC", "CC")
 
@@ -79,6 +87,38 @@ def start_manager(nodes: list[str], tmp: Path) -> tuple[subprocess.Popen[bytes],
     return proc, port
 
 
+def add_nodes(plane: Plane, n: int, prefix: str, timeout: float) -> list[str]:
+    """``n`` KWOK nodes (as :meth:`Plane.add_nodes` makes them, 16 at a time), Ready."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(plane.api_client())
+    names = [f"{prefix}-{i}" for i in range(n)]
+    res = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+
+    def one(name: str) -> None:
+        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake",
+                                          "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64", "type": "kwok"}},
+            "spec": {}, "status": {"capacity": res, "allocatable": res}})
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, names))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = 0
+        for node in core.list_node(label_selector="type=kwok").items:
+            conds = {c.type: c.status for c in (node.status.conditions or [])}
+            taints = [t.key for t in (node.spec.taints or [])]
+            if conds.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints:
+                ready += 1
+        if ready >= n:
+            return names
+        time.sleep(2)
+    raise RuntimeError(f"only {ready} of {n} KWOK nodes Ready after {timeout:.0f} s")
+
+
 def create_pods(core: Any, namespace: str, scheduler: str, n: int, run: int) -> None:
     def one(i: int) -> None:
         core.create_namespaced_pod(namespace, {
@@ -113,19 +153,35 @@ def time_bindings(core: Any, namespace: str, prefix: str, n: int, timeout: float
     return (last[1] - first[1]) / (last[0] - first[0]), bound
 
 
-def scheduler_metrics(plane: Plane, key: str) -> list[str]:
+#: The scheduler's histograms worth printing (sum and count: the mean per pod).
+SCHED_METRICS = ("scheduler_scheduling_algorithm_duration_seconds_sum",
+                 "scheduler_scheduling_algorithm_duration_seconds_count",
+                 "scheduler_pod_scheduling_sli_duration_seconds_sum",
+                 "scheduler_pod_scheduling_sli_duration_seconds_count")
+
+
+def scheduler_metrics(plane: Plane, key: str) -> dict[str, float]:
+    """The scheduler's own figures from its /metrics (served unauthenticated, see above): the
+    scheduling algorithm's time (the extender's calls included) and its extender lines."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    req = urllib.request.Request(f"https://127.0.0.1:{plane.ports[key]}/metrics",
-                                 headers={"Authorization": f"Bearer {plane.admin_token}"})
     try:
-        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+        with urllib.request.urlopen(f"https://127.0.0.1:{plane.ports[key]}/metrics", context=ctx,
+                                    timeout=10) as r:
             text = r.read().decode()
     except OSError as exc:
-        return [f"(scheduler metrics not read: {exc})"]
-    return [line for line in text.splitlines() if "extender" in line.lower()
-            and not line.startswith("#")]
+        print(f"   (scheduler metrics not read: {exc})")
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in SCHED_METRICS or "extender" in line.lower():
+            key_ = line.rsplit(" ", 1)[0]
+            out[key_] = out.get(key_, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def main() -> None:
@@ -134,6 +190,7 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--percentage-of-nodes-to-score", type=int, default=None)
     args = ap.parse_args()
     from kubernetes import client
 
@@ -144,31 +201,43 @@ def main() -> None:
         manager = None
         try:
             t0 = time.monotonic()
-            nodes = plane.add_nodes(args.nodes, pods=110, prefix="e2e", timeout=600)
+            nodes = add_nodes(plane, args.nodes, "e2e", timeout=1800)
             print(f"{len(nodes)} KWOK nodes Ready in {time.monotonic() - t0:.0f} s", flush=True)
             manager, port = start_manager(nodes, tmp)
             core = client.CoreV1Api(plane.api_client())
             ns = "e2e-bench"
             core.create_namespace({"metadata": {"name": ns}})
-            conn = {"clientConnection": {"kubeconfig": str(plane.kubeconfig), "qps": 1000,
-                                         "burst": 2000}}
+            conn: dict[str, Any] = {"clientConnection": {
+                "kubeconfig": str(plane.kubeconfig), "qps": 1000, "burst": 2000}}
+            if args.percentage_of_nodes_to_score is not None:
+                conn["percentageOfNodesToScore"] = args.percentage_of_nodes_to_score
+            # As the chart's (charts/specon/templates/_helpers.tpl), without TLS.
             extender = [{"urlPrefix": f"http://127.0.0.1:{port}", "filterVerb": "filter",
-                         "prioritizeVerb": "prioritize", "weight": 1, "nodeCacheCapable": True,
-                         "httpTimeout": "5s"}]
+                         "prioritizeVerb": "prioritize", "weight": 5, "nodeCacheCapable": True,
+                         "ignorable": True, "httpTimeout": "5s"}]
+            sched_args = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
+            print(f"both arms: {json.dumps(conn)} and {sched_args}; specon adds "
+                  f"extenders: {json.dumps(extender)}", flush=True)
             rates: dict[str, list[float]] = {"specon": [], "plain": []}
             for run in range(args.repeats):
                 for name in ("specon", "plain"):
                     create_pods(core, ns, name, args.pods, run)
                     plane.run_scheduler(name, extenders=extender if name == "specon" else None,
-                                        config=conn)
+                                        config=conn, args=sched_args)
                     rate, bound = time_bindings(core, ns, f"{name}-{run}-", args.pods,
                                                 args.timeout)
                     rates[name].append(rate)
                     print(f"run {run}: {name:<7} {rate:7.1f} pods/s ({bound}/{args.pods} bound)",
                           flush=True)
-                    if name == "specon":
-                        for line in scheduler_metrics(plane, f"scheduler-{name}")[:12]:
-                            print("   scheduler:", line)
+                    got = scheduler_metrics(plane, f"scheduler-{name}")
+                    alg = [v for k, v in got.items() if k.startswith(
+                        "scheduler_scheduling_algorithm_duration_seconds_")]
+                    if len(alg) == 2 and alg[1]:
+                        print(f"   scheduler: scheduling algorithm {1000 * alg[0] / alg[1]:.2f} "
+                              f"ms per attempt (mean of {alg[1]:.0f})")
+                    for k, v in got.items():
+                        if "extender" in k.lower():
+                            print(f"   scheduler: {k} {v:g}")
                     plane.stop_scheduler(name)
                     core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
                     while core.list_namespaced_pod(ns).items:
