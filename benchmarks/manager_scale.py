@@ -192,14 +192,53 @@ async def _hb_connection(port: int, nodes: list[int], stop: float, out: list[int
         writer.close()
 
 
-def _hb_client(port: int, nodes: list[int], connections: int, stop: float, cpu: int | None,
-               q: Any) -> None:
+async def _hb_stream(port: int, node: int, stop: float, out: list[int], depth: int = 8) -> None:
+    """One agent's heartbeat stream (POST /v1/heartbeats), ``depth`` heartbeats a chunk."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"POST /v1/heartbeats HTTP/1.1\r\nhost: m\r\ntransfer-encoding: chunked\r\n"
+                 f"content-type: application/x-ndjson\r\nauthorization: Bearer {token(node)}"
+                 "\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    body, _ = hb_template(node, 3)
+    seq = 1
+    buf = b""
+    try:
+        while time.time() < stop:
+            now = time.time()
+            data = b"".join((body % (now, seq + k)).encode() + b"\n" for k in range(depth))
+            seq += depth
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+            done = 0
+            while done < depth:  # answer lines end with "}\n" (chunk framing adds "\r\n")
+                buf += await reader.read(1 << 16)
+                end = buf.rfind(b"}\n") + 2
+                if end < 2:
+                    continue
+                part, buf = buf[:end], buf[end:]
+                n, ok = part.count(b"}\n"), part.count(b'"accepted":true')
+                out[0] += ok
+                out[1] += n - ok
+                done += n
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    finally:
+        writer.close()
+
+
+def _hb_client(port: int, nodes: list[int], connections: int, start: float, stop: float,
+               cpu: int | None, stream: bool, q: Any) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     out = [0, 0]
     per = max(1, len(nodes) // connections)
 
     async def main() -> None:
+        await asyncio.sleep(max(0.0, start - time.time()))
+        if stream:  # a stream per node (one agent each), on ``connections`` of them
+            await asyncio.gather(*(_hb_stream(port, nodes[k * per], stop, out)
+                                   for k in range(connections)))
+            return
         # each connection owns its own nodes, so a node's seq only grows
         await asyncio.gather(*(_hb_connection(port, nodes[k * per:(k + 1) * per] or nodes,
                                               stop, out) for k in range(connections)))
@@ -209,14 +248,16 @@ def _hb_client(port: int, nodes: list[int], connections: int, stop: float, cpu: 
 
 
 def heartbeat_load(port: int, n_nodes: int, clients: int, connections: int, seconds: float,
-                   client_cpus: list[int | None]) -> tuple[int, int, float, float]:
+                   client_cpus: list[int | None], stream: bool,
+                   ) -> tuple[int, int, float, float]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    stop = time.time() + 1.0 + seconds  # 1 s to start the processes
+    start = time.time() + 2.0  # the processes start meanwhile; they all begin then
+    stop = start + seconds
     share = n_nodes // clients
     procs = [ctx.Process(target=_hb_client, args=(
-        port, list(range(k * share, (k + 1) * share)), connections, stop,
-        client_cpus[k % len(client_cpus)], q)) for k in range(clients)]
+        port, list(range(k * share, (k + 1) * share)), connections, start, stop,
+        client_cpus[k % len(client_cpus)], stream, q)) for k in range(clients)]
     for p in procs:
         p.start()
     results = [q.get() for _ in procs]
@@ -284,6 +325,8 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--flood-seconds", type=float, default=10.0)
     ap.add_argument("--manager-cpu", type=int, default=0)
+    ap.add_argument("--heartbeats", nargs="+", default=["request", "stream"],
+                    choices=["request", "stream"])
     ap.add_argument("--skip", nargs="*", default=[], choices=["extender", "heartbeats", "flood"])
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
@@ -356,17 +399,19 @@ def main() -> None:
             time.sleep(5)
             print(f"idle: {100 * (mp_.cpu_s() - cpu0) / 5:.1f}% of a core, RSS "
                   f"{mp_.rss_mib():.0f} MiB")
-            if "heartbeats" not in args.skip:
+            for mode in ("request", "stream"):
+                if "heartbeats" in args.skip or mode not in args.heartbeats:
+                    continue
                 for _ in range(args.repeats):
                     before = metric(port, 'specon_heartbeats_total{result="accepted"}')
                     cpu0, t0 = mp_.cpu_s(), time.monotonic()
                     ok, bad, secs, client_cpu = heartbeat_load(
                         port, n_max, args.clients, args.connections, args.heartbeat_seconds,
-                        client_cpus)
+                        client_cpus, mode == "stream")
                     wall = time.monotonic() - t0
                     cpu = mp_.cpu_s() - cpu0
                     counted = metric(port, 'specon_heartbeats_total{result="accepted"}') - before
-                    print(f"heartbeats: {ok / secs:.0f}/s accepted ({ok} in {secs:.0f} s, "
+                    print(f"heartbeats ({mode}): {ok / secs:.0f}/s accepted ({ok} in {secs:.0f} s, "
                           f"{bad} not accepted; manager counted {counted:.0f}); manager CPU "
                           f"{cpu:.1f} s ({ok / cpu:.0f} accepted per CPU-second), clients' "
                           f"CPU {client_cpu:.1f} s in {wall:.1f} s; RSS {mp_.rss_mib():.0f} MiB",
