@@ -1,27 +1,28 @@
 """End to end with the real kube-scheduler: pods scheduled per second with the SpeCon extender
 against the same kube-scheduler without it, on KWOK nodes of the test plane.
 
-Usage: python benchmarks/e2e_scheduler.py [--nodes 1000] [--pods 2000] [--repeats 2]
+Usage: python benchmarks/e2e_scheduler.py [--nodes 1000 [5000 ...]] [--pods 2000] [--repeats 3]
        [--percentage-of-nodes-to-score N]
 
-Needs the test plane's binaries (``SPECON_TESTPLANE_BIN``, see docs/testplane.md) and takes the
-plane lock's place: run it alone. Starts a plane, adds ``--nodes`` KWOK nodes, starts the real
-manager (``python -m specon_manager``, no controllers) and sends one heartbeat per node (3 jobs
-each, different mixes, so the scores differ). Then, for each scheduler in turn — ``specon``
+Needs the test plane's binaries (``SPECON_TESTPLANE_BIN``, see docs/testplane.md). Starts a
+plane and the real manager (``python -m specon_manager``, no controllers), which gets one
+heartbeat per node (0-3 jobs each, different mixes, so the scores differ). For each of
+``--nodes`` in turn (the plane grows to it: KWOK nodes are slow to add), then, for each
+scheduler in turn — ``specon``
 (filter and prioritize by the extender, as the chart configures it: ``nodeCacheCapable:
 true``, ``ignorable: true``, ``weight: 5``, ``httpTimeout: 5s``; plain HTTP on loopback
 instead of the chart's mutual TLS) and ``plain`` (the same kube-scheduler, the same
 configuration without the ``extenders`` list) — creates ``--pods`` training pods for it while
 it is stopped, starts it and times the bindings: pods per second from the first bound pod to
-the last. Both get the same configuration otherwise, printed at the start: client QPS 1,000
-and burst 2,000 (so the API client's rate limit is not what is measured), no leader election,
-``percentageOfNodesToScore`` as given (default: unset, kube-scheduler's adaptive default in
-both). The arms alternate, ``--repeats`` times each. Prints the manager's extender latency
-histogram (``specon_extender_request_duration_seconds``) and the scheduler's own
-(``scheduler_framework_extension_point_duration_seconds`` has no extender label; the
-extender's calls are in ``scheduler_scheduling_algorithm_duration_seconds`` and
-``scheduler_pod_scheduling_sli_duration_seconds``), read from its ``/metrics``, which it
-serves unauthenticated here (``--authorization-always-allow-paths`` with ``/metrics`` added).
+the last, and the manager's CPU meanwhile. Both get the same configuration otherwise,
+printed at the start: client QPS 1,000 and burst 2,000 (so the API client's rate limit is not
+what is measured), no leader election, ``percentageOfNodesToScore`` as given (default: unset,
+kube-scheduler's adaptive default in both). The arms alternate, ``--repeats`` times each.
+Prints the manager's extender latency histogram (``specon_extender_request_duration_seconds``)
+and the scheduler's own mean scheduling-algorithm time per attempt
+(``scheduler_scheduling_algorithm_duration_seconds``, the extender's calls included), read
+from its ``/metrics``, which it serves unauthenticated here
+(``--authorization-always-allow-paths`` with ``/metrics`` added).
 """
 
 from __future__ import annotations
@@ -87,12 +88,13 @@ def start_manager(nodes: list[str], tmp: Path) -> tuple[subprocess.Popen[bytes],
     return proc, port
 
 
-def add_nodes(plane: Plane, n: int, prefix: str, timeout: float) -> list[str]:
-    """``n`` KWOK nodes (as :meth:`Plane.add_nodes` makes them, 16 at a time), Ready."""
+def add_nodes(plane: Plane, first: int, n: int, prefix: str, timeout: float) -> list[str]:
+    """KWOK nodes ``{prefix}-{first}`` .. ``{prefix}-{n - 1}`` (as :meth:`Plane.add_nodes` makes
+    them, 16 at a time), and wait until ``n`` are Ready."""
     from kubernetes import client
 
     core = client.CoreV1Api(plane.api_client())
-    names = [f"{prefix}-{i}" for i in range(n)]
+    names = [f"{prefix}-{i}" for i in range(first, n)]
     res = {"cpu": "4", "memory": "8Gi", "pods": "110"}
 
     def one(name: str) -> None:
@@ -119,11 +121,11 @@ def add_nodes(plane: Plane, n: int, prefix: str, timeout: float) -> list[str]:
     raise RuntimeError(f"only {ready} of {n} KWOK nodes Ready after {timeout:.0f} s")
 
 
-def create_pods(core: Any, namespace: str, scheduler: str, n: int, run: int) -> None:
+def create_pods(core: Any, namespace: str, prefix: str, n: int, scheduler: str) -> None:
     def one(i: int) -> None:
         core.create_namespaced_pod(namespace, {
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{scheduler}-{run}-{i}",
+            "metadata": {"name": f"{prefix}{i}",
                          "labels": {"specon.io/training": "true"}},
             "spec": {"schedulerName": scheduler, "containers": [{"name": "main",
                                                                  "image": "train"}]}})
@@ -184,11 +186,53 @@ def scheduler_metrics(plane: Plane, key: str) -> dict[str, float]:
     return out
 
 
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(args: Any, plane: Plane, core: Any, ns: str, n_nodes: int, conn: dict[str, Any],
+            extender: list[dict[str, Any]], sched_args: list[str], manager_pid: int) -> None:
+    rates: dict[str, list[float]] = {"specon": [], "plain": []}
+    for run in range(args.repeats):
+        for name in ("specon", "plain"):
+            tag = f"{name}-{n_nodes}-{run}-"
+            create_pods(core, ns, tag, args.pods, name)
+            cpu0, t0 = cpu_s(manager_pid), time.monotonic()
+            plane.run_scheduler(name, extenders=extender if name == "specon" else None,
+                                config=conn, args=sched_args)
+            rate, bound = time_bindings(core, ns, tag, args.pods, args.timeout)
+            cpu = (cpu_s(manager_pid) - cpu0) / (time.monotonic() - t0)
+            rates[name].append(rate)
+            print(f"{n_nodes} nodes, run {run}: {name:<7} {rate:7.1f} pods/s ({bound}/{args.pods}"
+                  f" bound; manager CPU {100 * cpu:.0f}% of a core)", flush=True)
+            got = scheduler_metrics(plane, f"scheduler-{name}")
+            alg = [v for k, v in got.items() if k.startswith(
+                "scheduler_scheduling_algorithm_duration_seconds_")]
+            if len(alg) == 2 and alg[1]:
+                print(f"   scheduler: scheduling algorithm {1000 * alg[0] / alg[1]:.2f} ms per "
+                      f"attempt (mean of {alg[1]:.0f})")
+            for k, v in got.items():
+                if "extender" in k.lower():
+                    print(f"   scheduler: {k} {v:g}")
+            plane.stop_scheduler(name)
+            core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+            while core.list_namespaced_pod(ns).items:
+                time.sleep(0.5)
+    sp, pl = rates["specon"], rates["plain"]
+    pairs = [s / p for s, p in zip(sp, pl, strict=True)]
+    ratio = statistics.median(sp) / statistics.median(pl)
+    print(f"{n_nodes} nodes: specon/plain median {statistics.median(sp):.1f} / "
+          f"{statistics.median(pl):.1f} pods/s = {ratio:.0%}"
+          f"; per run {[f'{x:.0%}' for x in pairs]} (runs: {[round(x, 1) for x in sp]} / "
+          f"{[round(x, 1) for x in pl]})", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1000])
     ap.add_argument("--pods", type=int, default=2000)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--percentage-of-nodes-to-score", type=int, default=None)
     args = ap.parse_args()
@@ -200,10 +244,8 @@ def main() -> None:
         plane.start()
         manager = None
         try:
-            t0 = time.monotonic()
-            nodes = add_nodes(plane, args.nodes, "e2e", timeout=1800)
-            print(f"{len(nodes)} KWOK nodes Ready in {time.monotonic() - t0:.0f} s", flush=True)
-            manager, port = start_manager(nodes, tmp)
+            names = [f"e2e-{i}" for i in range(max(args.nodes))]
+            manager, port = start_manager(names, tmp)
             core = client.CoreV1Api(plane.api_client())
             ns = "e2e-bench"
             core.create_namespace({"metadata": {"name": ns}})
@@ -218,41 +260,20 @@ def main() -> None:
             sched_args = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
             print(f"both arms: {json.dumps(conn)} and {sched_args}; specon adds "
                   f"extenders: {json.dumps(extender)}", flush=True)
-            rates: dict[str, list[float]] = {"specon": [], "plain": []}
-            for run in range(args.repeats):
-                for name in ("specon", "plain"):
-                    create_pods(core, ns, name, args.pods, run)
-                    plane.run_scheduler(name, extenders=extender if name == "specon" else None,
-                                        config=conn, args=sched_args)
-                    rate, bound = time_bindings(core, ns, f"{name}-{run}-", args.pods,
-                                                args.timeout)
-                    rates[name].append(rate)
-                    print(f"run {run}: {name:<7} {rate:7.1f} pods/s ({bound}/{args.pods} bound)",
-                          flush=True)
-                    got = scheduler_metrics(plane, f"scheduler-{name}")
-                    alg = [v for k, v in got.items() if k.startswith(
-                        "scheduler_scheduling_algorithm_duration_seconds_")]
-                    if len(alg) == 2 and alg[1]:
-                        print(f"   scheduler: scheduling algorithm {1000 * alg[0] / alg[1]:.2f} "
-                              f"ms per attempt (mean of {alg[1]:.0f})")
-                    for k, v in got.items():
-                        if "extender" in k.lower():
-                            print(f"   scheduler: {k} {v:g}")
-                    plane.stop_scheduler(name)
-                    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-                    while core.list_namespaced_pod(ns).items:
-                        time.sleep(0.5)
-            sp, pl = rates["specon"], rates["plain"]
-            print(f"specon/plain: median {statistics.median(sp):.1f} / "
-                  f"{statistics.median(pl):.1f} pods/s = "
-                  f"{statistics.median(sp) / statistics.median(pl):.0%} "
-                  f"(runs: {[round(x, 1) for x in sp]} / {[round(x, 1) for x in pl]})")
+            have = 0
+            for n_nodes in sorted(args.nodes):
+                t0 = time.monotonic()
+                add_nodes(plane, have, n_nodes, "e2e", timeout=3600)
+                have = n_nodes
+                print(f"{n_nodes} KWOK nodes Ready ({time.monotonic() - t0:.0f} s to add)",
+                      flush=True)
+                measure(args, plane, core, ns, n_nodes, conn, extender, sched_args, manager.pid)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
                 for line in r.read().decode().splitlines():
                     if line.startswith("specon_extender_request_duration_seconds_bucket") and (
                             'le="0.001"' in line or 'le="0.005"' in line or 'le="0.01"' in line
                             or 'le="+Inf"' in line):
-                        print("   manager:", line)
+                        print("   manager (all stages):", line)
         finally:
             if manager is not None:
                 manager.terminate()

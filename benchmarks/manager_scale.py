@@ -3,7 +3,7 @@ flood of maximum-size extender bodies against a normal heartbeat's latency.
 
 Usage: python benchmarks/manager_scale.py [--nodes 500 5000] [--jobs 100] [--calls 300]
        [--repeats 3] [--heartbeat-seconds 5] [--clients 2] [--connections 16]
-       [--flood-seconds 10] [--manager-cpu 0]
+       [--flood-seconds 10] [--manager-cpu 0] [--heartbeats request stream]
 
 Starts the real manager (``python -m specon_manager``, no Kubernetes) on a loopback port, pinned
 to one CPU (``--manager-cpu``; the clients run on the others), with a token per node. Then:
@@ -11,15 +11,20 @@ to one CPU (``--manager-cpu``; the clients run on the others), with a token per 
 1. registers ``max(--nodes)`` nodes by heartbeat, each reporting ``--jobs`` jobs, and reads the
    manager's RSS (the state for that many nodes x jobs);
 2. times kube-scheduler's calls from this process over HTTP (one keep-alive connection, as the
-   scheduler's), filter and prioritize with NodeNames (``nodeCacheCapable: true``) for each
-   ``--nodes``: p50 and p99 over ``--calls`` calls, ``--repeats`` times (the spread is the
-   range of the repeats);
+   scheduler's; a raw socket, so that the client's own parsing stays out of the figure),
+   filter and prioritize with NodeNames (``nodeCacheCapable: true``) for each ``--nodes``:
+   p50 and p99 over ``--calls`` calls, ``--repeats`` times (the spread is the range of the
+   repeats);
 3. idle: the manager's CPU over 5 s with no traffic;
-4. heartbeats: ``--clients`` processes, each with ``--connections`` keep-alive connections
-   sending distinct valid, authenticated heartbeats (3 jobs, increasing seq per node), 8
-   pipelined per connection, for ``--heartbeat-seconds``; accepted per second (200 with
-   ``"accepted":true``), the manager's own accepted counter compared with the clients' count
-   (none lost), and the manager's CPU and RSS meanwhile; ``--repeats`` times;
+4. heartbeats: ``--clients`` processes each open ``--connections`` keep-alive connections and,
+   from one start time, send distinct valid, authenticated heartbeats (3 jobs, increasing seq
+   per node) for ``--heartbeat-seconds``: ``request`` — one request per heartbeat
+   (``POST /v1/heartbeat``), 8 pipelined per connection, each connection for its own nodes;
+   ``stream`` — each connection one node's stream (``POST /v1/heartbeats``), 8 heartbeats a
+   chunk. Accepted per second (``"accepted":true``), the manager's own accepted counter
+   against the clients' count (none lost), the manager's CPU seconds and accepted heartbeats
+   per CPU-second (what one core of its own would take), the clients' CPU, the manager's
+   RSS; ``--repeats`` times each;
 5. flood: three clients send extender bodies just under the manager's limit
    (``max_extender_body_bytes``) back to back while one agent sends a heartbeat every 50 ms;
    the heartbeat's p50/p99 with and without the flood.
