@@ -374,8 +374,9 @@ def main() -> None:
             print(f"RSS: {rss0:.0f} MiB empty, {mp_.rss_mib():.0f} MiB with {n_max} nodes x "
                   f"{args.jobs} jobs")
             if "extender" not in args.skip:
-                print(f"{'nodes':>6} {'call':<11} {'p50 ms':>16} {'p99 ms':>16}  (median "
-                      f"[min-max] of {args.repeats} x {args.calls} calls)")
+                print(f"{'nodes':>6} {'call':<11} {'p50 ms':>16} {'p99 ms':>16} "
+                      f"{'CPU ms/call':>16}  (median [min-max] of {args.repeats} x {args.calls} "
+                      "calls; CPU: the manager's)")
                 rc = RawClient(port)
                 for n in args.nodes:
                     raw = json.dumps({"Pod": POD, "NodeNames": [f"node-{i}" for i in range(n)]},
@@ -385,19 +386,22 @@ def main() -> None:
                         status, out = rc.call(req)
                         assert status == 200 and len(json.loads(out)["NodeNames"] if
                                                      verb == "filter" else json.loads(out)) == n
-                        p50s, p99s = [], []
+                        p50s, p99s, cpus = [], [], []
                         for _ in range(args.repeats):
                             times = []
+                            cpu0 = mp_.cpu_s()
                             for _ in range(args.calls):
                                 t0 = time.perf_counter()
                                 status, _ = rc.call(req)
                                 times.append(time.perf_counter() - t0)
                                 assert status == 200
+                            cpus.append(1000 * (mp_.cpu_s() - cpu0) / args.calls)
                             p50s.append(1000 * statistics.median(times))
                             p99s.append(1000 * pct(times, 99))
                         f = lambda xs: (f"{statistics.median(xs):.2f} "  # noqa: E731
                                         f"[{min(xs):.2f}-{max(xs):.2f}]")
-                        print(f"{n:>6} {verb:<11} {f(p50s):>16} {f(p99s):>16}", flush=True)
+                        print(f"{n:>6} {verb:<11} {f(p50s):>16} {f(p99s):>16} {f(cpus):>16}",
+                              flush=True)
                 rc.close()
             c.close()
             cpu0 = mp_.cpu_s()

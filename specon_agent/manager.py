@@ -240,7 +240,9 @@ class ManagerLink:
 
     def _streamed(self, hb: Heartbeat) -> tuple[bool, bytes | None] | None:
         """The heartbeat sent on the stream (opened, or reopened when the token on disk has
-        changed): (sent, the reply's JSON or None); None: no stream, send it alone."""
+        changed): (sent, the reply's JSON or None); None: no stream, send it alone. A stream
+        kept from before that the manager has ended meanwhile (idle too long: 408, or a
+        restart) is reopened and the heartbeat sent again, once."""
         try:
             token = self._token()
         except OSError:
@@ -248,37 +250,47 @@ class ManagerLink:
             return False, None
         if self._stream is not None and self._stream.token != token:
             self._close_stream()
-        if self._stream is None:
+        line = hb.model_dump_json().encode()
+        for _attempt in range(2):
+            reused = self._stream is not None
+            if self._stream is None:
+                try:
+                    stream = HeartbeatStream(self.url, token, self._tls, self._timeout_s)
+                except NoStream as exc:
+                    log.info("heartbeats one request each for %.0f s: %s", STREAM_RETRY_S, exc)
+                    self._stream_after = time.monotonic() + STREAM_RETRY_S
+                    return None
+                except (OSError, http.client.HTTPException):
+                    return None  # not opened (manager away?): this one alone, the stream next
+                if stream.refused is not None:
+                    status, text = stream.refused
+                    stream.close()
+                    log.warning("manager answered %s to %s: %s", status, STREAM_PATH, text[:200])
+                    self._on_outcome("heartbeat", f"http_{status // 100}xx")
+                    return False, None
+                self._stream = stream
+            assert self._stream is not None
             try:
-                stream = HeartbeatStream(self.url, token, self._tls, self._timeout_s)
-            except NoStream as exc:
-                log.info("heartbeats one request each for %.0f s: %s", STREAM_RETRY_S, exc)
-                self._stream_after = time.monotonic() + STREAM_RETRY_S
-                return None
-            except (OSError, http.client.HTTPException):
-                return None  # not opened (manager away?): this one alone, the stream next time
-            if stream.refused is not None:
-                status, text = stream.refused
-                stream.close()
-                log.warning("manager answered %s to %s: %s", status, STREAM_PATH, text[:200])
+                status, body = self._stream.send(line)
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                self._close_stream()
+                if reused and not isinstance(exc, TimeoutError):
+                    continue
+                timeout = isinstance(exc, TimeoutError)
+                self._on_outcome("heartbeat", "timeout" if timeout else "unreachable")
+                return False, None
+            if status in (401, 408, 413):  # the manager ended the stream
+                self._close_stream()
+                if status == 408 and reused:
+                    continue
+            if status != 200:
+                log.warning("manager answered %s to a heartbeat: %s", status, body[:200])
                 self._on_outcome("heartbeat", f"http_{status // 100}xx")
                 return False, None
-            self._stream = stream
-        try:
-            status, body = self._stream.send(hb.model_dump_json().encode())
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            self._close_stream()
-            timeout = isinstance(exc, TimeoutError)
-            self._on_outcome("heartbeat", "timeout" if timeout else "unreachable")
-            return False, None
-        if status != 200:
-            log.warning("manager answered %s to a heartbeat: %s", status, body[:200])
-            self._on_outcome("heartbeat", f"http_{status // 100}xx")
-            if status == 401:  # the manager ended the stream
-                self._close_stream()
-            return False, None
-        self._on_outcome("heartbeat", "ok")
-        return True, body
+            self._on_outcome("heartbeat", "ok")
+            return True, body
+        self._on_outcome("heartbeat", "unreachable")
+        return False, None
 
     def _send_heartbeat(self, hb: Heartbeat) -> bool:
         streamed = self._streamed(hb) if time.monotonic() >= self._stream_after else None

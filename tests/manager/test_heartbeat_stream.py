@@ -287,3 +287,26 @@ def test_the_stream_needs_clock_bounds_too() -> None:
             assert status == 422 and "manager's clock" in body.decode()
         finally:
             s.close()
+
+
+def test_the_link_reopens_a_stream_the_manager_ended_while_it_was_idle(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(token("node-6"))
+    # the manager ends a stream silent for 0.4 s; the agent reports every 0.7 s
+    settings = ManagerSettings(kubernetes=False, migration=False, heartbeat_interval_s=0.2,
+                               stale_after_intervals=2)
+    app = create_app(settings, tokens=NodeTokens(TOKENS))
+    outcomes: list[str] = []
+    with serve(app) as url:
+        link = ManagerLink(url, token_file, interval_s=0.7, timeout_s=2.0,
+                           on_outcome=lambda _k, o: outcomes.append(o))
+        link.start()
+        try:
+            for seq in range(1, 4):
+                link.offer_heartbeat(Heartbeat(node="node-6", time=time.time(), seq=seq,
+                                               capacity_cpus=2, load_cores=0.5))
+                wait(lambda seq=seq: (app.state.cluster.heartbeat("node-6") or hb(0)).seq
+                     == seq)
+        finally:
+            link.stop()
+    assert outcomes and set(outcomes) == {"ok"}, outcomes
