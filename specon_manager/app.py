@@ -309,6 +309,11 @@ class Handlers:
         token = self.bearer(authorization)
         if isinstance(token, Refusal):
             return self.agent_answer(token)
+        return await self.token_node(token)
+
+    async def token_node(self, token: str) -> str | Answer:
+        """The node a bearer token speaks for, or the refusal: from the cache, else reviewed
+        on a worker thread."""
         found = self.auth.cached(token)
         if found is None:
             found = await anyio.to_thread.run_sync(self.auth.authenticate, token,
@@ -466,19 +471,22 @@ class HotRoutes:
         with a 413 line, and so does silence for as long as makes a node stale (408). A token
         refused at the start is answered as on ``/v1/heartbeat``.
         What it saves: the HTTP request, its parsing and its task, per heartbeat."""
-        node = await self.h.agent_node_async(authorization)
+        token = self.h.bearer(authorization)
+        node = self.h.agent_answer(token) if isinstance(token, Refusal) else (
+            await self.h.token_node(token))
         if isinstance(node, Answer):
             await send_answer(send, node)
             return
+        assert isinstance(token, str)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/x-ndjson")]})
         self.h.m.heartbeat_streams.inc()
         try:
-            await self._stream(authorization, receive, send)
+            await self._stream(token, receive, send)
         finally:
             self.h.m.heartbeat_streams.dec()
 
-    async def _stream(self, authorization: str | None, receive: Receive, send: Send) -> None:
+    async def _stream(self, token: str, receive: Receive, send: Send) -> None:
         pending = b""
         more = True
         while more:
@@ -505,7 +513,9 @@ class HotRoutes:
                     break
                 if not line.strip():
                     continue
-                node = await self.h.agent_node_async(authorization)
+                found = self.h.auth.cached(token)  # each heartbeat: the token looked up again
+                node = self.h.agent_answer(found) if found is not None else (
+                    await self.h.token_node(token))
                 out.append(self.h.stream_line(self.h.heartbeat(node, line)))
                 if isinstance(node, Answer):
                     more = False
