@@ -487,7 +487,8 @@ class HotRoutes:
             self.h.m.heartbeat_streams.dec()
 
     async def _stream(self, token: str, receive: Receive, send: Send) -> None:
-        pending = b""
+        pending: list[bytes] = []  # the start of a line not yet ended (kept in parts: linear)
+        waiting = 0
         more = True
         while more:
             with anyio.move_on_after(self.stream_idle_s) as idle:
@@ -500,8 +501,17 @@ class HotRoutes:
             if msg["type"] != "http.request":
                 return  # the agent went away
             more = msg.get("more_body", False)
-            lines = (pending + msg.get("body", b"")).split(b"\n")
-            pending = b"" if not more else lines.pop()
+            chunk = msg.get("body", b"")
+            if more and b"\n" not in chunk:
+                pending.append(chunk)
+                waiting += len(chunk)
+                if waiting <= self.agent_limit:
+                    continue
+                lines = []
+            else:
+                lines = b"".join([*pending, chunk]).split(b"\n")
+                pending = [lines.pop()] if more else []
+                waiting = len(pending[0]) if pending else 0
             out: list[bytes] = []
             for line in lines:
                 if len(line) > self.agent_limit:
@@ -520,7 +530,7 @@ class HotRoutes:
                 if isinstance(node, Answer):
                     more = False
                     break
-            if more and len(pending) > self.agent_limit:
+            if more and waiting > self.agent_limit:
                 more = False
                 self.h.m.bodies_refused.inc()
                 out.append(self.h.stream_line(_json(413, {"detail": (
