@@ -25,7 +25,9 @@ to one CPU (``--manager-cpu``; the clients run on the others), with a token per 
    against the clients' count (none lost), the manager's CPU seconds and accepted heartbeats
    per CPU-second (what one core of its own would take), the clients' CPU, the manager's
    RSS; ``--repeats`` times each;
-5. flood: three clients send extender bodies just under the manager's limit
+5. streams: ``max(--nodes)`` heartbeat streams, one per node, held open at once (one
+   heartbeat each), and the manager's RSS before and after;
+6. flood: three clients send extender bodies just under the manager's limit
    (``max_extender_body_bytes``) back to back while one agent sends a heartbeat every 50 ms;
    the heartbeat's p50/p99 with and without the flood.
 
@@ -272,6 +274,32 @@ def heartbeat_load(port: int, n_nodes: int, clients: int, connections: int, seco
             sum(r[2] for r in results))
 
 
+async def _open_streams(port: int, n: int, rss: Any) -> str:
+    """One stream per node, each with one heartbeat answered, all held open at once."""
+    before = rss()
+    conns = []
+    ok = 0
+    try:
+        for i in range(n):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            conns.append((reader, writer))
+            body, _ = hb_template(i, 3)
+            line = (body % (time.time(), 10**9)).encode() + b"\n"
+            writer.write(f"POST /v1/heartbeats HTTP/1.1\r\nhost: m\r\ntransfer-encoding: "
+                         f"chunked\r\nauthorization: Bearer {token(i)}\r\n\r\n".encode()
+                         + b"%x\r\n%s\r\n" % (len(line), line))
+        for reader, _ in conns:
+            await reader.readuntil(b"\r\n\r\n")
+            ok += b'"accepted":true' in await reader.readuntil(b"}\n")
+        await asyncio.sleep(1.0)
+        held = metric(port, "specon_heartbeat_streams")
+        return (f"streams: {n} open at once ({held:.0f} by the manager's gauge), {ok} "
+                f"heartbeats accepted on them; manager RSS {before:.0f} -> {rss():.0f} MiB")
+    finally:
+        for _, writer in conns:
+            writer.close()
+
+
 # -- flood ------------------------------------------------------------------------------------
 def flood_body(limit: int, names: list[str]) -> bytes:
     """A full-Nodes ExtenderArgs just under ``limit`` bytes."""
@@ -332,7 +360,8 @@ def main() -> None:
     ap.add_argument("--manager-cpu", type=int, default=0)
     ap.add_argument("--heartbeats", nargs="+", default=["request", "stream"],
                     choices=["request", "stream"])
-    ap.add_argument("--skip", nargs="*", default=[], choices=["extender", "heartbeats", "flood"])
+    ap.add_argument("--skip", nargs="*", default=[],
+                    choices=["extender", "heartbeats", "streams", "flood"])
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     mcpu = args.manager_cpu if args.manager_cpu in cpus else None
@@ -425,6 +454,8 @@ def main() -> None:
                           f"{cpu:.1f} s ({ok / cpu:.0f} accepted per CPU-second), clients' "
                           f"CPU {client_cpu:.1f} s in {wall:.1f} s; RSS {mp_.rss_mib():.0f} MiB",
                           flush=True)
+            if "streams" not in args.skip:
+                print(asyncio.run(_open_streams(port, n_max, mp_.rss_mib)), flush=True)
             if "flood" not in args.skip:
                 limit = int(os.environ.get("SPECON_MANAGER_MAX_EXTENDER_BODY_BYTES",
                                            4 * 1024 * 1024))
