@@ -2,7 +2,7 @@
 against the same kube-scheduler without it, on KWOK nodes of the test plane.
 
 Usage: python benchmarks/e2e_scheduler.py [--nodes 1000 [5000 ...]] [--pods 2000] [--repeats 3]
-       [--percentage-of-nodes-to-score N]
+       [--percentage-of-nodes-to-score N] [--manager-nice N]
 
 Needs the test plane's binaries (``SPECON_TESTPLANE_BIN``, see docs/testplane.md). Starts a
 plane and the real manager (``python -m specon_manager``, no controllers), which gets one
@@ -57,7 +57,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_manager(nodes: list[str], tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_manager(nodes: list[str], tmp: Path, nice: int = 0
+                  ) -> tuple[subprocess.Popen[bytes], int]:
     tok = tmp / "tokens"
     tok.write_text("".join(f"e2e-benchmark-token-{i:08d} {n}\n" for i, n in enumerate(nodes)))
     port = free_port()
@@ -65,7 +66,8 @@ def start_manager(nodes: list[str], tmp: Path) -> tuple[subprocess.Popen[bytes],
            "SPECON_MANAGER_HOST": "127.0.0.1", "SPECON_MANAGER_PORT": str(port),
            "SPECON_MANAGER_TOKENS_FILE": str(tok), "SPECON_MANAGER_LOG_LEVEL": "warning",
            "SPECON_MANAGER_HEARTBEAT_INTERVAL_S": "3600"}
-    proc = subprocess.Popen([sys.executable, "-m", "specon_manager"], env=env, cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "specon_manager"], env=env, cwd=REPO,
+                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
     for _ in range(300):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
@@ -235,6 +237,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--percentage-of-nodes-to-score", type=int, default=None)
+    ap.add_argument("--manager-nice", type=int, default=0,
+                    help="a diagnostic: the manager's niceness relative to the rest (negative: "
+                         "it gets the CPU first; needs the privilege)")
     args = ap.parse_args()
     from kubernetes import client
 
@@ -245,7 +250,7 @@ def main() -> None:
         manager = None
         try:
             names = [f"e2e-{i}" for i in range(max(args.nodes))]
-            manager, port = start_manager(names, tmp)
+            manager, port = start_manager(names, tmp, args.manager_nice)
             core = client.CoreV1Api(plane.api_client())
             ns = "e2e-bench"
             core.create_namespace({"metadata": {"name": ns}})
