@@ -310,3 +310,32 @@ def test_the_link_reopens_a_stream_the_manager_ended_while_it_was_idle(tmp_path:
         finally:
             link.stop()
     assert outcomes and set(outcomes) == {"ok"}, outcomes
+
+
+@pytest.mark.parametrize(("path", "port", "status"), [
+    ("/filter", 9443, 200), ("/prioritize", 9443, 200), ("/v1/heartbeat", 9443, 404),
+    ("/v1/heartbeats", 9443, 404), ("/filter", 8080, 404), ("/prioritize", 8080, 404),
+    ("/v1/heartbeat", 8080, 401), ("/v1/heartbeats", 8080, 401)])
+def test_with_an_extender_port_each_hot_call_is_served_on_its_own_listener_only(
+        path: str, port: int, status: int) -> None:
+    import asyncio
+
+    app = create_app(ManagerSettings(kubernetes=False, port=8080, extender_port=9443),
+                     tokens=NodeTokens(TOKENS))
+    body = b'{"Pod": {}, "NodeNames": ["node-1"]}'
+    sent: list[dict[str, Any]] = []
+    msgs: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return msgs.pop() if msgs else {"type": "http.disconnect"}
+
+    async def send(msg: dict[str, Any]) -> None:
+        sent.append(msg)
+
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(),
+             "root_path": "", "scheme": "http", "query_string": b"", "http_version": "1.1",
+             "server": ("127.0.0.1", port), "client": ("127.0.0.1", 1),
+             "headers": [(b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())]}
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == status
