@@ -1,6 +1,7 @@
 """Per-heartbeat cost of the manager's ASGI app, without the network: the plain ASGI route
-(``HotRoutes``, what the manager serves) against the same handler behind FastAPI's routing,
-dependency and response machinery, and the cost of the validation alone.
+(``HotRoutes``, what the manager serves), the same handler behind FastAPI's routing,
+dependency and response machinery, the heartbeat stream (``POST /v1/heartbeats``: one
+request per node carrying its heartbeats, 8 a chunk), and the cost of the validation alone.
 
 Usage: python benchmarks/heartbeat_path.py [--jobs 3 100] [--calls 20000] [--repeats 5]
 
@@ -65,6 +66,36 @@ async def run(app: Any, reqs: list[tuple[bytes, bytes]]) -> float:
     return elapsed
 
 
+async def run_streams(app: Any, auths: dict[str, bytes], bodies: dict[str, list[bytes]]
+                      ) -> float:
+    """One stream per node, each carrying that node's heartbeats, 8 lines a chunk."""
+    sent: list[Any] = []
+
+    async def send(msg: Any) -> None:
+        sent.append(msg)
+
+    t0 = time.perf_counter()
+    for node, raws in bodies.items():
+        chunks = [b"".join(r + b"\n" for r in raws[k:k + 8]) for k in range(0, len(raws), 8)]
+        msgs: list[Any] = [{"type": "http.request", "body": c, "more_body": True}
+                           for c in chunks] + [{"type": "http.request", "body": b"",
+                                                "more_body": False}]
+        msgs.reverse()
+
+        async def receive(msgs: list[Any] = msgs) -> Any:
+            return msgs.pop()
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/heartbeats", "raw_path":
+                 b"/v1/heartbeats", "root_path": "", "scheme": "http", "query_string": b"",
+                 "http_version": "1.1", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
+                 "headers": [(b"transfer-encoding", b"chunked"), (b"authorization", auths[node])]}
+        await app(scope, receive, send)
+    elapsed = time.perf_counter() - t0
+    lines = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert lines.count(b'"accepted":true') == sum(map(len, bodies.values())), lines[:300]
+    return elapsed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, nargs="+", default=[3, 100])
@@ -87,6 +118,17 @@ def main() -> None:
                         for i in range(calls)]
                 best = min(best, asyncio.run(run(app, reqs)) / calls)
             print(f"{jobs:>5} {label:<28} {best * 1e6:>13.1f} {1 / best:>11.0f}", flush=True)
+        app = create_app(ManagerSettings(kubernetes=False), tokens=NodeTokens(tokens))
+        best = float("inf")
+        for _ in range(args.repeats):
+            seq += 1
+            streams: dict[str, list[bytes]] = {}
+            for i in range(calls):
+                streams.setdefault(f"node-{i % NODES}", []).append(
+                    body(i % NODES, seq * calls + i, jobs))
+            best = min(best, asyncio.run(run_streams(app, auths, streams)) / calls)
+        print(f"{jobs:>5} {'stream (8 a chunk)':<28} {best * 1e6:>13.1f} {1 / best:>11.0f}",
+              flush=True)
         raws = [body(i % NODES, i, jobs) for i in range(calls)]
         best = float("inf")
         for _ in range(args.repeats):

@@ -3,7 +3,7 @@ flood of maximum-size extender bodies against a normal heartbeat's latency.
 
 Usage: python benchmarks/manager_scale.py [--nodes 500 5000] [--jobs 100] [--calls 300]
        [--repeats 3] [--heartbeat-seconds 5] [--clients 2] [--connections 16]
-       [--flood-seconds 10] [--manager-cpu 0]
+       [--flood-seconds 10] [--manager-cpu 0] [--heartbeats request stream]
 
 Starts the real manager (``python -m specon_manager``, no Kubernetes) on a loopback port, pinned
 to one CPU (``--manager-cpu``; the clients run on the others), with a token per node. Then:
@@ -11,16 +11,23 @@ to one CPU (``--manager-cpu``; the clients run on the others), with a token per 
 1. registers ``max(--nodes)`` nodes by heartbeat, each reporting ``--jobs`` jobs, and reads the
    manager's RSS (the state for that many nodes x jobs);
 2. times kube-scheduler's calls from this process over HTTP (one keep-alive connection, as the
-   scheduler's), filter and prioritize with NodeNames (``nodeCacheCapable: true``) for each
-   ``--nodes``: p50 and p99 over ``--calls`` calls, ``--repeats`` times (the spread is the
-   range of the repeats);
+   scheduler's; a raw socket, so that the client's own parsing stays out of the figure),
+   filter and prioritize with NodeNames (``nodeCacheCapable: true``) for each ``--nodes``:
+   p50 and p99 over ``--calls`` calls, ``--repeats`` times (the spread is the range of the
+   repeats);
 3. idle: the manager's CPU over 5 s with no traffic;
-4. heartbeats: ``--clients`` processes, each with ``--connections`` keep-alive connections
-   sending distinct valid, authenticated heartbeats (3 jobs, increasing seq per node), 8
-   pipelined per connection, for ``--heartbeat-seconds``; accepted per second (200 with
-   ``"accepted":true``), the manager's own accepted counter compared with the clients' count
-   (none lost), and the manager's CPU and RSS meanwhile; ``--repeats`` times;
-5. flood: three clients send extender bodies just under the manager's limit
+4. heartbeats: ``--clients`` processes each open ``--connections`` keep-alive connections and,
+   from one start time, send distinct valid, authenticated heartbeats (3 jobs, increasing seq
+   per node) for ``--heartbeat-seconds``: ``request`` — one request per heartbeat
+   (``POST /v1/heartbeat``), 8 pipelined per connection, each connection for its own nodes;
+   ``stream`` — each connection one node's stream (``POST /v1/heartbeats``), 8 heartbeats a
+   chunk. Accepted per second (``"accepted":true``), the manager's own accepted counter
+   against the clients' count (none lost), the manager's CPU seconds and accepted heartbeats
+   per CPU-second (what one core of its own would take), the clients' CPU, the manager's
+   RSS; ``--repeats`` times each;
+5. streams: ``max(--nodes)`` heartbeat streams, one per node, held open at once (one
+   heartbeat each), and the manager's RSS before and after;
+6. flood: three clients send extender bodies just under the manager's limit
    (``max_extender_body_bytes``) back to back while one agent sends a heartbeat every 50 ms;
    the heartbeat's p50/p99 with and without the flood.
 
@@ -110,69 +117,187 @@ def metric(port: int, name: str) -> float:
                if line.startswith(name))
 
 
+class RawClient:
+    """One keep-alive HTTP/1.1 connection that sends prebuilt requests and reads each answer
+    into one buffer: the client's own cost stays out of the latency (a Python HTTP client
+    parsing a 150 KB answer costs more than the manager does to write it)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray(8 << 20)
+
+    def call(self, req: bytes) -> tuple[int, bytes]:
+        """Send ``req``; the status and the body."""
+        self.sock.sendall(req)
+        view = memoryview(self.buf)
+        got = 0
+        end = -1
+        while end < 0:
+            got += self.sock.recv_into(view[got:])
+            end = self.buf.find(b"\r\n\r\n", 0, got)
+        head = bytes(self.buf[:end]).lower()
+        i = head.index(b"content-length:") + 15
+        j = head.find(b"\r\n", i)
+        length = int(head[i:j if j >= 0 else None])
+        total = end + 4 + length
+        while got < total:
+            got += self.sock.recv_into(view[got:])
+        return int(head[9:12]), bytes(self.buf[end + 4:total])
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 # -- heartbeat load (in client processes) ---------------------------------------------------------
-async def _read_response(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line[:15].lower() == b"content-length:":
-            length = int(line[15:])
-    body = await reader.readexactly(length)
-    return head[9:12] + b" " + body
+def hb_template(i: int, jobs: int) -> tuple[str, str]:
+    """Node i's heartbeat as a ``%`` template of (time, seq), and its request head (a ``%``
+    template of the length): formatting it costs the client far less than encoding JSON."""
+    body = hb_body(i, 0, jobs).decode()
+    head = request("/v1/heartbeat", b"", token(i)).decode().replace(
+        "content-length: 0", "content-length: %d")
+    t0 = body.index('"time":') + 7
+    body = body[:t0] + "%.3f" + body[body.index(",", t0):]
+    return body.replace('"seq":0', '"seq":%d'), head
 
 
 async def _hb_connection(port: int, nodes: list[int], stop: float, out: list[int]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     seq = 1
     depth = 8
+    templates = {i: hb_template(i, 3) for i in nodes}
     try:
         while time.time() < stop:
             seq += 1
             batch = [nodes[(seq * depth + k) % len(nodes)] for k in range(depth)]
-            writer.write(b"".join(request("/v1/heartbeat", hb_body(i, seq, 3), token(i))
-                                  for i in batch))
+            now = time.time()
+            parts = []
+            for i in batch:
+                body, head = templates[i]
+                raw = (body % (now, seq)).encode()
+                parts.append((head % len(raw)).encode() + raw)
+            writer.write(b"".join(parts))
             await writer.drain()
-            for _ in batch:
-                r = await _read_response(reader)
-                if r.startswith(b"200") and b'"accepted":true' in r:
-                    out[0] += 1
-                else:
-                    out[1] += 1
+            buf = b""
+            pos = done = 0
+            while done < depth:  # the answers, parsed in place as they arrive
+                buf += await reader.read(1 << 16)
+                while done < depth:
+                    end = buf.find(b"\r\n\r\n", pos)
+                    if end < 0:
+                        break
+                    i = buf.find(b"content-length:", pos, end) + 15
+                    length = int(buf[i:buf.find(b"\r\n", i, end + 2)])
+                    if len(buf) < end + 4 + length:
+                        break
+                    ok = buf.startswith(b"HTTP/1.1 200", pos) and buf.find(
+                        b'"accepted":true', end, end + 4 + length) >= 0
+                    out[0 if ok else 1] += 1
+                    pos = end + 4 + length
+                    done += 1
     finally:
         writer.close()
 
 
-def _hb_client(port: int, nodes: list[int], connections: int, stop: float, cpu: int | None,
-               q: Any) -> None:
+async def _hb_stream(port: int, node: int, stop: float, out: list[int], depth: int = 8) -> None:
+    """One agent's heartbeat stream (POST /v1/heartbeats), ``depth`` heartbeats a chunk."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"POST /v1/heartbeats HTTP/1.1\r\nhost: m\r\ntransfer-encoding: chunked\r\n"
+                 f"content-type: application/x-ndjson\r\nauthorization: Bearer {token(node)}"
+                 "\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    body, _ = hb_template(node, 3)
+    seq = 1
+    buf = b""
+    try:
+        while time.time() < stop:
+            now = time.time()
+            data = b"".join((body % (now, seq + k)).encode() + b"\n" for k in range(depth))
+            seq += depth
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+            done = 0
+            while done < depth:  # answer lines end with "}\n" (chunk framing adds "\r\n")
+                buf += await reader.read(1 << 16)
+                end = buf.rfind(b"}\n") + 2
+                if end < 2:
+                    continue
+                part, buf = buf[:end], buf[end:]
+                n, ok = part.count(b"}\n"), part.count(b'"accepted":true')
+                out[0] += ok
+                out[1] += n - ok
+                done += n
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    finally:
+        writer.close()
+
+
+def _hb_client(port: int, nodes: list[int], connections: int, start: float, stop: float,
+               cpu: int | None, stream: bool, q: Any) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     out = [0, 0]
     per = max(1, len(nodes) // connections)
 
     async def main() -> None:
+        await asyncio.sleep(max(0.0, start - time.time()))
+        if stream:  # a stream per node (one agent each), on ``connections`` of them
+            await asyncio.gather(*(_hb_stream(port, nodes[k * per], stop, out)
+                                   for k in range(connections)))
+            return
         # each connection owns its own nodes, so a node's seq only grows
         await asyncio.gather(*(_hb_connection(port, nodes[k * per:(k + 1) * per] or nodes,
                                               stop, out) for k in range(connections)))
 
     asyncio.run(main())
-    q.put(out)
+    q.put([*out, time.process_time()])
 
 
 def heartbeat_load(port: int, n_nodes: int, clients: int, connections: int, seconds: float,
-                   client_cpus: list[int | None]) -> tuple[int, int, float]:
+                   client_cpus: list[int | None], stream: bool,
+                   ) -> tuple[int, int, float, float]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    stop = time.time() + 1.0 + seconds  # 1 s to start the processes
+    start = time.time() + 2.0  # the processes start meanwhile; they all begin then
+    stop = start + seconds
     share = n_nodes // clients
     procs = [ctx.Process(target=_hb_client, args=(
-        port, list(range(k * share, (k + 1) * share)), connections, stop,
-        client_cpus[k % len(client_cpus)], q)) for k in range(clients)]
+        port, list(range(k * share, (k + 1) * share)), connections, start, stop,
+        client_cpus[k % len(client_cpus)], stream, q)) for k in range(clients)]
     for p in procs:
         p.start()
     results = [q.get() for _ in procs]
     for p in procs:
         p.join()
-    return sum(r[0] for r in results), sum(r[1] for r in results), seconds
+    return (sum(r[0] for r in results), sum(r[1] for r in results), seconds,
+            sum(r[2] for r in results))
+
+
+async def _open_streams(port: int, n: int, rss: Any) -> str:
+    """One stream per node, each with one heartbeat answered, all held open at once."""
+    before = rss()
+    conns = []
+    ok = 0
+    try:
+        for i in range(n):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            conns.append((reader, writer))
+            body, _ = hb_template(i, 3)
+            line = (body % (time.time(), 10**9)).encode() + b"\n"
+            writer.write(f"POST /v1/heartbeats HTTP/1.1\r\nhost: m\r\ntransfer-encoding: "
+                         f"chunked\r\nauthorization: Bearer {token(i)}\r\n\r\n".encode()
+                         + b"%x\r\n%s\r\n" % (len(line), line))
+        for reader, _ in conns:
+            await reader.readuntil(b"\r\n\r\n")
+            ok += b'"accepted":true' in await reader.readuntil(b"}\n")
+        await asyncio.sleep(1.0)
+        held = metric(port, "specon_heartbeat_streams")
+        return (f"streams: {n} open at once ({held:.0f} by the manager's gauge), {ok} "
+                f"heartbeats accepted on them; manager RSS {before:.0f} -> {rss():.0f} MiB")
+    finally:
+        for _, writer in conns:
+            writer.close()
 
 
 # -- flood ------------------------------------------------------------------------------------
@@ -233,7 +358,10 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--flood-seconds", type=float, default=10.0)
     ap.add_argument("--manager-cpu", type=int, default=0)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["extender", "heartbeats", "flood"])
+    ap.add_argument("--heartbeats", nargs="+", default=["request", "stream"],
+                    choices=["request", "stream"])
+    ap.add_argument("--skip", nargs="*", default=[],
+                    choices=["extender", "heartbeats", "streams", "flood"])
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     mcpu = args.manager_cpu if args.manager_cpu in cpus else None
@@ -275,46 +403,59 @@ def main() -> None:
             print(f"RSS: {rss0:.0f} MiB empty, {mp_.rss_mib():.0f} MiB with {n_max} nodes x "
                   f"{args.jobs} jobs")
             if "extender" not in args.skip:
-                print(f"{'nodes':>6} {'call':<11} {'p50 ms':>16} {'p99 ms':>16}  (median "
-                      f"[min-max] of {args.repeats} x {args.calls} calls)")
+                print(f"{'nodes':>6} {'call':<11} {'p50 ms':>16} {'p99 ms':>16} "
+                      f"{'CPU ms/call':>16}  (median [min-max] of {args.repeats} x {args.calls} "
+                      "calls; CPU: the manager's)")
+                rc = RawClient(port)
                 for n in args.nodes:
-                    raw = json.dumps({"Pod": POD, "NodeNames": [f"node-{i}" for i in range(n)]}
-                                     ).encode()
+                    raw = json.dumps({"Pod": POD, "NodeNames": [f"node-{i}" for i in range(n)]},
+                                     separators=(",", ":")).encode()
                     for verb in ("filter", "prioritize"):
-                        p50s, p99s = [], []
+                        req = request(f"/{verb}", raw)
+                        status, out = rc.call(req)
+                        assert status == 200 and len(json.loads(out)["NodeNames"] if
+                                                     verb == "filter" else json.loads(out)) == n
+                        p50s, p99s, cpus = [], [], []
                         for _ in range(args.repeats):
                             times = []
+                            cpu0 = mp_.cpu_s()
                             for _ in range(args.calls):
                                 t0 = time.perf_counter()
-                                c.request("POST", f"/{verb}", body=raw,
-                                          headers={"Content-Type": "application/json"})
-                                r = c.getresponse()
-                                r.read()
+                                status, _ = rc.call(req)
                                 times.append(time.perf_counter() - t0)
-                                assert r.status == 200
+                                assert status == 200
+                            cpus.append(1000 * (mp_.cpu_s() - cpu0) / args.calls)
                             p50s.append(1000 * statistics.median(times))
                             p99s.append(1000 * pct(times, 99))
                         f = lambda xs: (f"{statistics.median(xs):.2f} "  # noqa: E731
                                         f"[{min(xs):.2f}-{max(xs):.2f}]")
-                        print(f"{n:>6} {verb:<11} {f(p50s):>16} {f(p99s):>16}", flush=True)
+                        print(f"{n:>6} {verb:<11} {f(p50s):>16} {f(p99s):>16} {f(cpus):>16}",
+                              flush=True)
+                rc.close()
             c.close()
             cpu0 = mp_.cpu_s()
             time.sleep(5)
             print(f"idle: {100 * (mp_.cpu_s() - cpu0) / 5:.1f}% of a core, RSS "
                   f"{mp_.rss_mib():.0f} MiB")
-            if "heartbeats" not in args.skip:
+            for mode in ("request", "stream"):
+                if "heartbeats" in args.skip or mode not in args.heartbeats:
+                    continue
                 for _ in range(args.repeats):
                     before = metric(port, 'specon_heartbeats_total{result="accepted"}')
                     cpu0, t0 = mp_.cpu_s(), time.monotonic()
-                    ok, bad, secs = heartbeat_load(port, n_max, args.clients, args.connections,
-                                                   args.heartbeat_seconds, client_cpus)
+                    ok, bad, secs, client_cpu = heartbeat_load(
+                        port, n_max, args.clients, args.connections, args.heartbeat_seconds,
+                        client_cpus, mode == "stream")
                     wall = time.monotonic() - t0
                     cpu = mp_.cpu_s() - cpu0
                     counted = metric(port, 'specon_heartbeats_total{result="accepted"}') - before
-                    print(f"heartbeats: {ok / secs:.0f}/s accepted ({ok} in {secs:.0f} s, "
+                    print(f"heartbeats ({mode}): {ok / secs:.0f}/s accepted ({ok} in {secs:.0f} s, "
                           f"{bad} not accepted; manager counted {counted:.0f}); manager CPU "
-                          f"{100 * cpu / wall:.0f}% of a core, RSS {mp_.rss_mib():.0f} MiB",
+                          f"{cpu:.1f} s ({ok / cpu:.0f} accepted per CPU-second), clients' "
+                          f"CPU {client_cpu:.1f} s in {wall:.1f} s; RSS {mp_.rss_mib():.0f} MiB",
                           flush=True)
+            if "streams" not in args.skip:
+                print(asyncio.run(_open_streams(port, n_max, mp_.rss_mib)), flush=True)
             if "flood" not in args.skip:
                 limit = int(os.environ.get("SPECON_MANAGER_MAX_EXTENDER_BODY_BYTES",
                                            4 * 1024 * 1024))

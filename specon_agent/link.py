@@ -2,11 +2,19 @@
 sent from a thread of its own so that a manager that is away, failing or hanging never holds up
 the control loop. Failures back off exponentially (with jitter); FlowCon keeps working locally
 meanwhile, and the next heartbeat after the manager returns carries the current state.
+
+Heartbeats go on one long-lived request, ``POST /v1/heartbeats`` (:class:`HeartbeatStream`),
+where the manager offers it; a manager without it (404, or one that waits for the end of the
+body) gets them one request each on ``POST /v1/heartbeat``, and the stream is tried again
+after ``STREAM_RETRY_S``.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import http.client
+import json
 import logging
 import random
 import ssl
@@ -14,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -25,6 +34,74 @@ from specon.wire import (
 )
 
 log = logging.getLogger(__name__)
+
+STREAM_PATH = "/v1/heartbeats"
+#: After a manager without the stream, heartbeats go one request each for this long.
+STREAM_RETRY_S = 600.0
+#: The longest reply line read from the stream.
+MAX_REPLY_BYTES = 1 << 20
+
+
+class NoStream(Exception):
+    """The manager does not offer the heartbeat stream."""
+
+
+class HeartbeatStream:
+    """One long-lived ``POST /v1/heartbeats``: each heartbeat is a line (JSON) of the request's
+    chunked body, its answer a line of the response's, ``{"status": 200, "reply": ...}`` or
+    ``{"status": 4xx, "detail": ...}``. http.client, because httpx sends a request's whole
+    body before it reads the answer. Opening raises :class:`NoStream` when the manager answers
+    that it has no such path, or does not answer the start in ``timeout_s``; an answered
+    refusal (401, 503, ...) is :attr:`refused` (status, text)."""
+
+    def __init__(self, url: str, token: str | None, context: ssl.SSLContext | None,
+                 timeout_s: float) -> None:
+        u = urlsplit(url)
+        host, port = u.hostname or "localhost", u.port
+        self.token = token
+        self.conn: http.client.HTTPConnection = (
+            http.client.HTTPSConnection(host, port, timeout=timeout_s, context=context)
+            if u.scheme == "https" else http.client.HTTPConnection(host, port, timeout=timeout_s))
+        self.refused: tuple[int, str] | None = None
+        try:
+            self.conn.putrequest("POST", u.path.rstrip("/") + STREAM_PATH,
+                                 skip_accept_encoding=True)
+            self.conn.putheader("Content-Type", "application/x-ndjson")
+            self.conn.putheader("Transfer-Encoding", "chunked")
+            if token:
+                self.conn.putheader("Authorization", f"Bearer {token}")
+            self.conn.endheaders()
+            try:
+                self.response = self.conn.getresponse()
+            except TimeoutError:
+                raise NoStream("the manager did not answer the stream's start") from None
+            status = self.response.status
+            kind = self.response.getheader("content-type", "")
+            if status in (404, 405) or (status == 200 and "ndjson" not in kind):
+                raise NoStream(f"the manager answered {status} ({kind}) to {STREAM_PATH}")
+            if status != 200:
+                self.refused = (status, self.response.read(4096).decode("utf-8", "replace"))
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def send(self, line: bytes) -> tuple[int, bytes]:
+        """Send one heartbeat (JSON, no newline); the status and the reply (or the refusal)
+        as JSON. ConnectionError when the manager ended the stream."""
+        data = line + b"\n"
+        self.conn.send(b"%x\r\n%s\r\n" % (len(data), data))
+        got = self.response.readline(MAX_REPLY_BYTES)
+        if not got.endswith(b"\n"):
+            raise ConnectionError("the manager ended the heartbeat stream")
+        answer = json.loads(got)
+        status = int(answer.get("status", 0))
+        body = answer.get("reply") if status == 200 else {"detail": answer.get("detail")}
+        return status, json.dumps(body).encode()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(b"0\r\n\r\n")
+        self.conn.close()
 
 
 class ManagerLink:
@@ -46,6 +123,7 @@ class ManagerLink:
         on_outcome: Callable[[str, str], None] | None = None,
         transport: httpx.BaseTransport | None = None,
         ca_file: Path | None = None,
+        stream: bool = True,
     ) -> None:
         self.url = url.rstrip("/")
         self.token_file = token_file
@@ -56,6 +134,12 @@ class ManagerLink:
                                          if ca_file is not None else True)
         self._http = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport,
                                   verify=verify)
+        self._tls = verify if isinstance(verify, ssl.SSLContext) else (
+            ssl.create_default_context() if self.url.startswith("https") else None)
+        self._timeout_s = timeout_s
+        # The stream needs a real socket: not with an injected transport.
+        self._stream_after = 0.0 if stream and transport is None else float("inf")
+        self._stream: HeartbeatStream | None = None
         self._on_reply = on_reply or (lambda _r: None)
         self._on_realloc = on_reallocation or (lambda _q, _r: None)
         self._on_outcome = on_outcome or (lambda _k, _o: None)
@@ -89,15 +173,17 @@ class ManagerLink:
             self._lock.notify()
         if self._thread is not None:
             self._thread.join(timeout=(self._http.timeout.read or 5.0) + 1.0)
+        self._close_stream()
         self._http.close()
 
     # -- the thread ---------------------------------------------------------------------------
-    def _headers(self) -> dict[str, str]:
-        if self.token_file is None:
-            return {}
+    def _token(self) -> str | None:
         # Read each time: projected service-account tokens are rotated on disk.
-        token = self.token_file.read_text().strip()
-        return {"Authorization": f"Bearer {token}"}
+        return self.token_file.read_text().strip() if self.token_file is not None else None
+
+    def _headers(self) -> dict[str, str]:
+        token = self._token()
+        return {"Authorization": f"Bearer {token}"} if token is not None else {}
 
     def _post(self, kind: str, path: str, body: str) -> httpx.Response | None:
         try:
@@ -147,12 +233,76 @@ class ManagerLink:
                                 self.failures)
             next_hb = time.monotonic() + self._wait()
 
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def _streamed(self, hb: Heartbeat) -> tuple[bool, bytes | None] | None:
+        """The heartbeat sent on the stream (opened, or reopened when the token on disk has
+        changed): (sent, the reply's JSON or None); None: no stream, send it alone. A stream
+        kept from before that the manager has ended meanwhile (idle too long: 408, or a
+        restart) is reopened and the heartbeat sent again, once."""
+        try:
+            token = self._token()
+        except OSError:
+            self._on_outcome("heartbeat", "no_token")
+            return False, None
+        if self._stream is not None and self._stream.token != token:
+            self._close_stream()
+        line = hb.model_dump_json().encode()
+        for _attempt in range(2):
+            reused = self._stream is not None
+            if self._stream is None:
+                try:
+                    stream = HeartbeatStream(self.url, token, self._tls, self._timeout_s)
+                except NoStream as exc:
+                    log.info("heartbeats one request each for %.0f s: %s", STREAM_RETRY_S, exc)
+                    self._stream_after = time.monotonic() + STREAM_RETRY_S
+                    return None
+                except (OSError, http.client.HTTPException):
+                    return None  # not opened (manager away?): this one alone, the stream next
+                if stream.refused is not None:
+                    status, text = stream.refused
+                    stream.close()
+                    log.warning("manager answered %s to %s: %s", status, STREAM_PATH, text[:200])
+                    self._on_outcome("heartbeat", f"http_{status // 100}xx")
+                    return False, None
+                self._stream = stream
+            assert self._stream is not None
+            try:
+                status, body = self._stream.send(line)
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                self._close_stream()
+                if reused and not isinstance(exc, TimeoutError):
+                    continue
+                timeout = isinstance(exc, TimeoutError)
+                self._on_outcome("heartbeat", "timeout" if timeout else "unreachable")
+                return False, None
+            if status in (401, 408, 413, 503):  # the manager ended the stream
+                self._close_stream()
+                if status in (408, 503) and reused:
+                    continue  # idle too long, or a standby now: once more on a new connection
+            if status != 200:
+                log.warning("manager answered %s to a heartbeat: %s", status, body[:200])
+                self._on_outcome("heartbeat", f"http_{status // 100}xx")
+                return False, None
+            self._on_outcome("heartbeat", "ok")
+            return True, body
+        self._on_outcome("heartbeat", "unreachable")
+        return False, None
+
     def _send_heartbeat(self, hb: Heartbeat) -> bool:
-        r = self._post("heartbeat", "/v1/heartbeat", hb.model_dump_json())
-        if r is None:
+        streamed = self._streamed(hb) if time.monotonic() >= self._stream_after else None
+        if streamed is None:
+            r = self._post("heartbeat", "/v1/heartbeat", hb.model_dump_json())
+            content = r.content if r is not None else None
+        else:
+            content = streamed[1]
+        if content is None:
             return False
         try:
-            reply = HeartbeatReply.model_validate_json(r.content)
+            reply = HeartbeatReply.model_validate_json(content)
         except ValueError as exc:
             log.warning("manager's heartbeat reply is not understood: %s", exc)
             self._on_outcome("heartbeat", "bad_reply")

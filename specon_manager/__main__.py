@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import ssl
@@ -80,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
 
     app, service = build(settings)
     servers = [_Server(c) for c in configs(app, settings)]
+    # What start-up made (modules, FastAPI's and pydantic's schemas: some 70,000 objects)
+    # lives as long as the process: out of the collector's sight, so that a full collection
+    # walks only the state and takes a few ms instead of about 50 (the extender's p99).
+    gc.collect()
+    gc.freeze()
     try:
         service.start()
         # The loop uvicorn would pick (uvloop when installed), shared by every listener.

@@ -2,10 +2,11 @@
 reallocation endpoints, /metrics, /healthz and /readyz; OpenAPI at /docs and /openapi.json
 when ``expose_docs`` is set.
 
-The three hot routes (``POST /v1/heartbeat``, ``/filter``, ``/prioritize``) are answered by
-:class:`HotRoutes`, a plain ASGI layer in front of FastAPI: the same handlers, without
-FastAPI's routing, dependency and response-model machinery per request (docs/manager.md has
-the numbers that chose it). FastAPI still declares them, for the OpenAPI description.
+The hot routes (``POST /v1/heartbeat``, ``/v1/heartbeats``, ``/filter``, ``/prioritize``) are
+answered by :class:`HotRoutes` before FastAPI sees the request (:class:`ManagerApp`): the same
+handlers, without FastAPI's routing, middleware, telemetry, dependency and response-model
+machinery per request (docs/manager.md has the numbers that chose it). FastAPI still declares
+the three request/response ones, for the OpenAPI description.
 
 No ``from __future__ import annotations`` here: FastAPI must see the real annotations of the
 routes, which name dependencies local to :func:`create_app`."""
@@ -58,6 +59,9 @@ log = logging.getLogger(__name__)
 
 AGENT_PATHS = ("/v1/",)
 EXTENDER_PATHS = ("/filter", "/prioritize")
+#: One agent's heartbeats on one long-lived request (see :meth:`HotRoutes.stream`).
+STREAM_PATH = "/v1/heartbeats"
+HOT_PATHS = frozenset({"/v1/heartbeat", STREAM_PATH, *EXTENDER_PATHS})
 #: Extender bodies larger than this are decoded and answered on a worker thread, one at a
 #: time, so that a large body never holds the event loop (heartbeats keep flowing).
 INLINE_BODY_BYTES = 256 * 1024
@@ -279,6 +283,8 @@ class Handlers:
         self.c_unknown_pods = metrics.heartbeat_jobs_ignored
         self._plain = {ok: HeartbeatReply(accepted=ok, parameters=parameters).model_dump_json()
                        .encode() for ok in (True, False)}
+        self._stream_plain = {p: b'{"status":200,"reply":' + p + b"}\n"
+                              for p in self._plain.values()}
         # One large extender body at a time, on a worker thread.
         self.big = anyio.CapacityLimiter(1)
 
@@ -319,6 +325,11 @@ class Handlers:
         token = self.bearer(authorization)
         if isinstance(token, Refusal):
             return self.agent_answer(token)
+        return await self.token_node(token)
+
+    async def token_node(self, token: str) -> str | Answer:
+        """The node a bearer token speaks for, or the refusal: from the cache, else reviewed
+        on a worker thread."""
         found = self.auth.cached(token)
         if found is None:
             found = await anyio.to_thread.run_sync(self.auth.authenticate, token,
@@ -385,6 +396,13 @@ class Handlers:
             kept.append(j)
         return hb if len(kept) == len(hb.jobs) else hb.model_copy(update={"jobs": kept})
 
+    def stream_line(self, a: Answer) -> bytes:
+        """A heartbeat's answer as a line of the stream (:meth:`HotRoutes.stream`)."""
+        if a.status == 200:
+            return self._stream_plain.get(a.body) or b'{"status":200,"reply":' + a.body + b"}\n"
+        detail = orjson.loads(a.body).get("detail", "") if a.body else ""
+        return orjson.dumps({"status": a.status, "detail": detail}) + b"\n"
+
     # -- kube-scheduler -----------------------------------------------------------------------
     def extender(self, verb: str, body: bytes) -> Answer:
         if self.standby():
@@ -413,46 +431,142 @@ class Handlers:
 
 
 class HotRoutes:
-    """A plain ASGI layer that answers ``POST /v1/heartbeat``, ``/filter`` and ``/prioritize``
-    itself (bounded body read, then :class:`Handlers`) and passes everything else on."""
+    """A plain ASGI app for ``POST /v1/heartbeat``, ``/v1/heartbeats``, ``/filter`` and
+    ``/prioritize``: bounded body read, then :class:`Handlers`."""
 
-    def __init__(self, app: ASGIApp, handlers: Handlers) -> None:
-        self.app = app
+    def __init__(self, handlers: Handlers) -> None:
         self.h = handlers
         s = handlers.settings
         self.agent_limit = s.max_agent_body_bytes
         self.extender_limit = s.max_extender_body_bytes
+        self.extender_port = s.extender_port
+        # A stream with no heartbeat for as long as makes its node stale is ended.
+        self.stream_idle_s = s.heartbeat_interval_s * s.stale_after_intervals
+
+    def serves(self, scope: Scope) -> bool:
+        """Is this request one of the hot calls, on a listener that serves it (with
+        ``extender_port``, the extender's calls there only, the agents' elsewhere)?"""
+        if scope["type"] != "http" or scope["path"] not in HOT_PATHS or scope["method"] != "POST":
+            return False
+        if not self.extender_port:
+            return True
+        server = scope.get("server") or ("", 0)
+        return (server[1] == self.extender_port) == (scope["path"] in EXTENDER_PATHS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            path = scope["path"]
-            if path == "/v1/heartbeat":
-                body = await read_body(scope, receive, self.agent_limit)
-                if isinstance(body, Answer):
-                    await self._refuse(send, body)
-                    return
-                authorization = None
-                for name, value in scope["headers"]:
-                    if name == b"authorization":
-                        authorization = value.decode("latin-1")
-                        break
-                node = await self.h.agent_node_async(authorization)
-                await send_answer(send, self.h.heartbeat(node, body))
+        path = scope["path"]
+        if path in EXTENDER_PATHS:
+            body = await read_body(scope, receive, self.extender_limit)
+            if isinstance(body, Answer):
+                await self._refuse(send, body)
                 return
-            if path in EXTENDER_PATHS:
-                body = await read_body(scope, receive, self.extender_limit)
-                if isinstance(body, Answer):
-                    await self._refuse(send, body)
-                    return
-                verb = path[1:]
-                if len(body) <= INLINE_BODY_BYTES:
-                    answer = self.h.extender(verb, body)
-                else:
-                    answer = await anyio.to_thread.run_sync(self.h.extender, verb, body,
-                                                            limiter=self.h.big)
-                await send_answer(send, answer)
+            verb = path[1:]
+            if len(body) <= INLINE_BODY_BYTES:
+                answer = self.h.extender(verb, body)
+            else:
+                answer = await anyio.to_thread.run_sync(self.h.extender, verb, body,
+                                                        limiter=self.h.big)
+            await send_answer(send, answer)
+            return
+        authorization = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+        if path == STREAM_PATH:
+            await self.stream(authorization, receive, send)
+            return
+        body = await read_body(scope, receive, self.agent_limit)
+        if isinstance(body, Answer):
+            await self._refuse(send, body)
+            return
+        node = await self.h.agent_node_async(authorization)
+        await send_answer(send, self.h.heartbeat(node, body))
+
+    async def stream(self, authorization: str | None, receive: Receive, send: Send) -> None:
+        """One agent's heartbeats on one request: the body is a stream of heartbeats, one JSON
+        object a line (NDJSON), sent as the agent makes them; the answer, a stream of one line
+        per heartbeat, in order: ``{"status":200,"reply":<HeartbeatReply>}`` or
+        ``{"status":4xx,"detail":...}``. Each heartbeat is authenticated (the request's token,
+        looked up again, so an expired or revoked one ends the stream with a 401 line) and
+        validated as a single one is; a line over ``max_agent_body_bytes`` ends the stream
+        with a 413 line, and so does silence for as long as makes a node stale (408). A token
+        refused at the start is answered as on ``/v1/heartbeat``.
+        What it saves: the HTTP request, its parsing and its task, per heartbeat."""
+        token = self.h.bearer(authorization)
+        node = self.h.agent_answer(token) if isinstance(token, Refusal) else (
+            await self.h.token_node(token))
+        if isinstance(node, Answer):
+            await send_answer(send, node)
+            return
+        if self.h.standby():  # 503 and the connection closed, as for a single heartbeat
+            self.h.c_standby.inc()
+            await send_answer(send, STANDBY)
+            return
+        assert isinstance(token, str)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/x-ndjson")]})
+        self.h.m.heartbeat_streams.inc()
+        try:
+            await self._stream(token, receive, send)
+        finally:
+            self.h.m.heartbeat_streams.dec()
+
+    async def _stream(self, token: str, receive: Receive, send: Send) -> None:
+        pending: list[bytes] = []  # the start of a line not yet ended (kept in parts: linear)
+        waiting = 0
+        more = True
+        while more:
+            with anyio.move_on_after(self.stream_idle_s) as idle:
+                msg = await receive()
+            if idle.cancelled_caught:
+                await send({"type": "http.response.body", "more_body": False, "body": (
+                    self.h.stream_line(_json(408, {"detail": (
+                        f"no heartbeat for {self.stream_idle_s:.0f} s: stream ended")})))})
                 return
-        await self.app(scope, receive, send)
+            if msg["type"] != "http.request":
+                return  # the agent went away
+            more = msg.get("more_body", False)
+            chunk = msg.get("body", b"")
+            if more and b"\n" not in chunk:
+                pending.append(chunk)
+                waiting += len(chunk)
+                if waiting <= self.agent_limit:
+                    continue
+                lines = []
+            else:
+                lines = b"".join([*pending, chunk]).split(b"\n")
+                pending = [lines.pop()] if more else []
+                waiting = len(pending[0]) if pending else 0
+            out: list[bytes] = []
+            for line in lines:
+                if len(line) > self.agent_limit:
+                    more = False
+                    self.h.m.bodies_refused.inc()
+                    out.append(self.h.stream_line(_json(413, {"detail": (
+                        f"heartbeat of {len(line)} bytes is over the limit of "
+                        f"{self.agent_limit} bytes")})))
+                    break
+                if not line.strip():
+                    continue
+                found = self.h.auth.cached(token)  # each heartbeat: the token looked up again
+                node = self.h.agent_answer(found) if found is not None else (
+                    await self.h.token_node(token))
+                answer = self.h.heartbeat(node, line)
+                out.append(self.h.stream_line(answer))
+                if isinstance(node, Answer) or answer is STANDBY:
+                    # A refused token, or this replica lost the Lease meanwhile: the stream
+                    # ends, and the agent's next one reaches the leader through the Service.
+                    more = False
+                    break
+            if more and waiting > self.agent_limit:
+                more = False
+                self.h.m.bodies_refused.inc()
+                out.append(self.h.stream_line(_json(413, {"detail": (
+                    f"heartbeat over the limit of {self.agent_limit} bytes")})))
+            if out or not more:
+                await send({"type": "http.response.body", "body": b"".join(out),
+                            "more_body": more})
 
     async def _refuse(self, send: Send, a: Answer) -> None:
         if a.status == 499:
@@ -460,6 +574,20 @@ class HotRoutes:
         if a.status == 413:
             self.h.m.bodies_refused.inc()
         await send_answer(send, a)
+
+
+class ManagerApp(FastAPI):
+    """The FastAPI app, with :class:`HotRoutes` answering the hot calls before FastAPI's own
+    machinery (middleware, telemetry, routing) runs at all."""
+
+    hot: HotRoutes | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hot = self.hot
+        if hot is not None and hot.serves(scope):
+            await hot(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -501,7 +629,7 @@ def create_app(
                  standby=lambda: controller is not None and not controller.leader)
 
     docs = settings.expose_docs
-    app = FastAPI(title="SpeCon manager", version="1",
+    app = ManagerApp(title="SpeCon manager", version="1",
                   description="Scheduler extender and agent API of SpeCon (docs/manager.md).",
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   openapi_url="/openapi.json" if docs else None)
@@ -616,7 +744,7 @@ def create_app(
                        extender_limit=settings.max_extender_body_bytes,
                        on_refuse=m.bodies_refused.inc)
     if hot_routes:
-        app.add_middleware(HotRoutes, handlers=h)
+        app.hot = HotRoutes(h)
     if settings.extender_port:
         app.add_middleware(ListenerSplit, extender_port=settings.extender_port)
     if settings.expose_status:

@@ -13,15 +13,15 @@ A training pod's QoS annotations are read here (the first sight of the pod, see
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
-import orjson
 from pydantic import BaseModel, ConfigDict
 
 from specon_manager.qos import QosBook
-from specon_manager.state import ClusterState, is_training_pod, reservation_key
+from specon_manager.state import MAX_PRIORITY, ClusterState, is_training_pod, reservation_key
 
-MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+__all__ = ["MAX_PRIORITY", "BadRequest", "ExtenderArgs", "ExtenderFilterResult", "HostPriority",
+           "filter_nodes", "prioritize_nodes"]
 
 
 class _Go(BaseModel):
@@ -49,27 +49,6 @@ class HostPriority(_Go):
     Score: int
 
 
-#: ``{"Host":"<name>","Score":`` by node name, built once per name: the HostPriorityList is
-#: written by joining bytes, with no object made per node (bounded; beyond it, not cached).
-_HOST_PREFIX: dict[str, bytes] = {}
-_HOST_PREFIX_MAX = 100_000
-_SCORE_SUFFIX = [f"{s}}}".encode() for s in range(MAX_PRIORITY + 1)]
-
-
-def encode_priorities(names: list[str], scores: list[int]) -> bytes:
-    """The HostPriorityList ``[{"Host": name, "Score": score}, ...]`` as JSON bytes."""
-    found = list(map(_HOST_PREFIX.get, names))
-    if None in found:
-        for i, p in enumerate(found):
-            if p is None:
-                p = found[i] = b'{"Host":' + orjson.dumps(names[i]) + b',"Score":'
-                if len(_HOST_PREFIX) < _HOST_PREFIX_MAX:
-                    _HOST_PREFIX[names[i]] = p
-    prefix = cast(list[bytes], found)  # every None was filled above
-    return b"[" + b",".join(map(bytes.__add__, prefix, map(_SCORE_SUFFIX.__getitem__, scores))
-                            ) + b"]"
-
-
 class BadRequest(ValueError):
     """The scheduler sent something that is not an ExtenderArgs."""
 
@@ -77,8 +56,12 @@ class BadRequest(ValueError):
 def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]] | None]:
     names = args.get("NodeNames")
     if names is not None:
-        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
+        if not isinstance(names, list):
             raise BadRequest("NodeNames must be a list of strings")
+        try:
+            "".join(names)  # the quickest check that every item is a str (5,000: ~20 µs)
+        except TypeError:
+            raise BadRequest("NodeNames must be a list of strings") from None
         return names, None
     nodes = args.get("Nodes")
     if nodes is None:
@@ -138,7 +121,6 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: s
     malformed annotation gets an event from ``qos`` and the pod is scheduled without QoS."""
     pod = _pod(args)
     names, items = _node_names(args)
-    keep = set(names)
     failed: dict[str, str] = {}
     if is_training_pod(pod, scheduler_name):
         if qos is not None:
@@ -151,16 +133,15 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: s
                                  "to terminate")
                 elif n != res.target:
                     failed[n] = f"migration {res.migration_id}: reserved for node {res.target}"
-            keep = {n for n in names if n not in failed}
     reply: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {},
                              "Error": ""}
     if items is not None:
-        reply["Nodes"] = {"apiVersion": "v1", "kind": "NodeList",
-                          "items": [i for i in items if i["metadata"]["name"] in keep]}
+        reply["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": [
+            i for i in items if i["metadata"]["name"] not in failed]}
         reply["NodeNames"] = None
-    else:
+    else:  # nothing failed (the usual case): the names as they came
         reply["Nodes"] = None
-        reply["NodeNames"] = [n for n in names if n in keep]
+        reply["NodeNames"] = [n for n in names if n not in failed] if failed else names
     return reply
 
 
@@ -173,14 +154,10 @@ def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_nam
     pod = _pod(args)
     names, _ = _node_names(args)
     if not is_training_pod(pod, scheduler_name):
-        return encode_priorities(names, [0] * len(names))
+        return state.encoded_scores(names, [0] * len(names))
     res = state.reservation(reservation_key(pod))
     if res is not None:
-        return encode_priorities(names, [MAX_PRIORITY if n == res.target else 0
-                                         for n in names])
+        return state.encoded_scores(names, [MAX_PRIORITY if n == res.target else 0
+                                            for n in names])
     spec = qos.observe(pod) if qos is not None else None
-    if spec is not None:
-        scores = state.qos_priorities(names, MAX_PRIORITY)
-    else:
-        scores = state.priorities(names, MAX_PRIORITY)
-    return encode_priorities(names, scores)
+    return state.encoded_priorities(names, qos=spec is not None)

@@ -46,6 +46,9 @@ class ManagerMetrics:
         self.bodies_refused = Counter(
             "specon_request_bodies_refused_total", "Requests refused for their body size.",
             registry=r)
+        self.heartbeat_streams = Gauge(
+            "specon_heartbeat_streams",
+            "Agents' heartbeat streams open now (POST /v1/heartbeats).", registry=r)
         self.nodes = Gauge(
             "specon_nodes", "Nodes known from heartbeats, fresh or stale (unknown).",
             ["state"], registry=r)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from specon import names
 from specon.core.categorize import Category
@@ -89,9 +90,21 @@ class Reservation:
     pod: str = ""  # namespace/name of the pod it moves (what its source's heartbeat reports)
 
 
+#: kube-scheduler's extender priorities run 0..10 (extenderv1.MaxExtenderPriority).
+MAX_PRIORITY = 10
+
+
+def host_priority(name: str, score: int) -> bytes:
+    """One HostPriority of the extender's wire, ``{"Host":"<name>","Score":<score>}``."""
+    return b'{"Host":' + orjson.dumps(name) + b',"Score":' + str(score).encode() + b"}"
+
+
 #: A kept heartbeat's JSON may be at most this many bytes per job (plus one such allowance):
 #: a padded body is re-encoded, so the memory a node costs follows what it reports.
 RAW_BYTES_PER_JOB = 1024
+
+
+_CATEGORIES = tuple(Category)  # iterating the Enum itself costs a few µs a heartbeat
 
 
 @functools.lru_cache(maxsize=512)
@@ -115,8 +128,8 @@ class NodeRecord:
         self.received = received
         self.node, self.seq, self.time = hb.node, hb.seq, hb.time
         self.load = min(1.0, hb.load_cores / hb.capacity_cpus)
-        self.pods = tuple(pod_key(j.namespace, j.pod) for j in hb.jobs)
-        cats = dict.fromkeys(Category, 0)
+        self.pods = tuple([pod_key(j.namespace, j.pod) for j in hb.jobs])
+        cats = dict.fromkeys(_CATEGORIES, 0)
         qos: dict[str, int] = {}
         for j in hb.jobs:
             cats[j.category] += 1
@@ -135,8 +148,10 @@ class NodeTable:
     """What the extender needs of each node, as columns kept up to date at each heartbeat, so
     that a scheduler call is one look-up per node name and a few array operations: the
     SpeCon score of the node's reported jobs (reservations not included), its load (0..1),
-    free CPUs, at-risk jobs and when the heartbeat came. Row 0 is "no such node" (never
-    fresh). Not locked itself: :class:`ClusterState` holds its lock around writes and reads."""
+    free CPUs, at-risk jobs and when the heartbeat came; and, per row, the node's
+    HostPriority already encoded for each score 0..MAX_PRIORITY, so that an answer is gathered
+    and joined, not encoded. Row 0 is "no such node" (never fresh, nothing encoded). Not
+    locked itself: :class:`ClusterState` holds its lock around writes and reads."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self.row: dict[str, int] = {}
@@ -147,6 +162,8 @@ class NodeTable:
         self.free_cpus = np.zeros(capacity)
         self.at_risk = np.zeros(capacity)
         self.received = np.full(capacity, -np.inf)
+        self.encoded = np.empty((capacity, MAX_PRIORITY + 1), dtype=object)
+        self.added = 0  # rows added since the last _compact()
 
     def put(self, node: str, received: float, score: float, load: float, free_cpus: float,
             at_risk: int) -> None:
@@ -154,8 +171,25 @@ class NodeTable:
         if i is None:
             i = self.free_rows.pop() if self.free_rows else self._grow()
             self.row[node] = i
+            self.encoded[i] = [host_priority(node, k) for k in range(MAX_PRIORITY + 1)]
+            self.added += 1
+            if self.added * 4 >= len(self.row) + 64:
+                self._compact()
         self.score[i], self.load[i], self.free_cpus[i] = score, load, free_cpus
         self.at_risk[i], self.received[i] = at_risk, received
+
+    def _compact(self) -> None:
+        """Rebuild :attr:`row` from copies of its keys and values made in one go. Each name
+        came with its node's first heartbeat, amid the objects that heartbeat made, so the
+        keys a look-up compares lie scattered over the heap; copied together they lie side
+        by side, and mapping 5,000 names to rows costs a fifth of what it did when the cache
+        is cold (docs/manager.md)."""
+        self.added = 0
+        keys = list(self.row)
+        copies = "\n".join(keys).split("\n")  # new strings, allocated one after the other
+        if len(copies) == len(keys):  # (a name with a newline: left as it is)
+            self.row = dict(zip(copies, np.fromiter(self.row.values(), np.intp,
+                                                    len(keys)).tolist(), strict=True))
 
     def drop(self, node: str) -> None:
         i = self.row.pop(node, None)
@@ -169,6 +203,7 @@ class NodeTable:
             for name in ("score", "load", "free_cpus", "at_risk"):
                 setattr(self, name, np.concatenate([getattr(self, name), np.zeros(i)]))
             self.received = np.concatenate([self.received, np.full(i, -np.inf)])
+            self.encoded = np.concatenate([self.encoded, np.empty_like(self.encoded)])
         self.used += 1
         return i
 
@@ -176,6 +211,15 @@ class NodeTable:
         # map() over dict.get with a default of row 0 runs in C: ~3x a comprehension.
         return np.fromiter(map(self.row.get, names, itertools.repeat(0, len(names))),
                            dtype=np.intp, count=len(names))
+
+    def encode(self, names: list[str], rows: npt.NDArray[np.intp],
+               scores: npt.NDArray[np.int64]) -> bytes:
+        """The HostPriorityList ``[{"Host": name, "Score": score}, ...]`` as JSON bytes: the
+        rows' encoded items gathered by score (a name with no row is encoded here)."""
+        items = self.encoded[rows, scores]
+        for k in np.flatnonzero(rows == 0).tolist():
+            items[k] = host_priority(names[k], int(scores[k]))
+        return b"[" + b",".join(items.tolist()) + b"]"
 
 
 @dataclass
@@ -285,26 +329,47 @@ class ClusterState:
     def _specon_priorities(self, names: list[str], max_score: int) -> list[int]:
         """Algorithm 4's extender priorities; a reserved migration target counts its incoming
         job as converged."""
-        t = self._table
         with self._lock:
-            rows = t.rows(names)
-            score, load, received = t.score[rows], t.load[rows], t.received[rows]
-            incoming = self._incoming
-            for target, count in incoming.items():
-                row = t.row.get(target)
-                if row is not None:
-                    score[rows == row] += count * self.weights.of(INCOMING)
-        fresh = (self.clock() - received) <= self.stale_after_s
-        return placement_priorities(score, load, fresh, max_score).tolist()  # type: ignore[no-any-return]
+            return self._table_priorities(self._table.rows(names), False, max_score).tolist()  # type: ignore[no-any-return]
 
     def qos_priorities(self, names: list[str], max_score: int) -> list[int]:
         """The QoS placement's priorities of these nodes, positionally (0: no fresh heartbeat)."""
+        with self._lock:
+            return self._table_priorities(self._table.rows(names), True, max_score).tolist()  # type: ignore[no-any-return]
+
+    def _table_priorities(self, rows: npt.NDArray[np.intp], qos: bool,
+                          max_score: int = MAX_PRIORITY) -> npt.NDArray[np.int64]:
+        """Positional priorities of these rows from the node table alone (0: no fresh
+        heartbeat): Algorithm 4's, where a reserved migration target counts its incoming job as
+        converged, or with ``qos`` the QoS rule's. Called with the lock held."""
+        t = self._table
+        fresh = (self.clock() - t.received[rows]) <= self.stale_after_s
+        if qos:
+            return qos_priorities(t.free_cpus[rows], t.at_risk[rows], fresh, max_score)
+        score = t.score[rows]
+        for target, count in self._incoming.items():
+            row = t.row.get(target)
+            if row is not None:
+                score[rows == row] += count * self.weights.of(INCOMING)
+        return placement_priorities(score, t.load[rows], fresh, max_score)
+
+    def encoded_priorities(self, names: list[str], qos: bool = False) -> bytes:
+        """The extender's HostPriorityList (JSON bytes) of these nodes: the QoS rule's with
+        ``qos``, else the policy's placement rule's. Algorithm 4's and the QoS rule are read
+        from the node table and encoded there, with no per-node objects; another policy's rule
+        is run and its scores encoded."""
+        t = self._table
+        if qos or self.placement == "specon":
+            with self._lock:  # rows are reused after forget_node: gather under the lock
+                rows = t.rows(names)
+                return t.encode(names, rows, self._table_priorities(rows, qos))
+        return self.encoded_scores(names, self.priorities(names, MAX_PRIORITY))
+
+    def encoded_scores(self, names: list[str], scores: list[int]) -> bytes:
+        """A HostPriorityList of given scores (0..MAX_PRIORITY) for these nodes."""
         t = self._table
         with self._lock:
-            rows = t.rows(names)
-            free, at_risk, received = t.free_cpus[rows], t.at_risk[rows], t.received[rows]
-        fresh = (self.clock() - received) <= self.stale_after_s
-        return qos_priorities(free, at_risk, fresh, max_score).tolist()  # type: ignore[no-any-return]
+            return t.encode(names, t.rows(names), np.asarray(scores, dtype=np.int64))
 
     def is_fresh(self, node: str, now: float | None = None) -> bool:
         now = self.clock() if now is None else now

@@ -31,7 +31,8 @@ Fixtures (registered for every test folder by tests/conftest.py):
   (for example ``[{"urlPrefix": "http://127.0.0.1:PORT", "filterVerb": "filter",
   "prioritizeVerb": "prioritize", "weight": 1, "nodeCacheCapable": False}]``); ``config`` is
   merged over the generated KubeSchedulerConfiguration (top-level keys replace). Returns
-  once the scheduler answers /healthz. ``stop_scheduler(name)`` stops one;
+  once the scheduler answers /healthz; ``args`` are added to its command line.
+  ``stop_scheduler(name)`` stops one;
   ``reset_scheduler()`` puts the plain default scheduler back. The plane is shared by the whole
   session: a test that replaces the default scheduler resets it when done.
 - ``service_account_kubeconfig(namespace, name, rules=None, cluster_rules=None)`` creates a
@@ -336,7 +337,8 @@ class Plane:
 
     # -- schedulers ----------------------------------------------------------------------------
     def _start_scheduler(self, name: str, extenders: Sequence[dict[str, Any]] | None,
-                         config: dict[str, Any] | None, wait: bool = True) -> Component:
+                         config: dict[str, Any] | None, wait: bool = True,
+                         args: Sequence[str] = ()) -> Component:
         cfg: dict[str, Any] = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
@@ -355,6 +357,7 @@ class Plane:
         comp = self._launch(f"kube-{key}", [
             self._bin("kube-scheduler"), f"--config={cfg_path}",
             "--bind-address=127.0.0.1", f"--secure-port={self.ports[key]}", "--profiling=false",
+            *args,
         ])
         if wait:
             self._wait(comp.name, lambda: _https_ok(self.ports[key], "/healthz"))
@@ -362,10 +365,12 @@ class Plane:
 
     def run_scheduler(self, scheduler_name: str = DEFAULT_SCHEDULER,
                       extenders: Sequence[dict[str, Any]] | None = None,
-                      config: dict[str, Any] | None = None) -> Component:
-        """(Re)start the kube-scheduler for ``scheduler_name`` with these extenders / config."""
+                      config: dict[str, Any] | None = None, args: Sequence[str] = ()
+                      ) -> Component:
+        """(Re)start the kube-scheduler for ``scheduler_name`` with these extenders / config
+        (and extra command-line ``args``)."""
         self.stop_scheduler(scheduler_name)
-        return self._start_scheduler(scheduler_name, extenders, config)
+        return self._start_scheduler(scheduler_name, extenders, config, args=args)
 
     def stop_scheduler(self, scheduler_name: str) -> None:
         comp = self.components.get(f"kube-scheduler-{scheduler_name}")

@@ -40,3 +40,16 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Standby:
+    """The migration controller of a replica that does not hold the Lease (what the API asks
+    of it; the real one is exercised by the plane tests and the fault campaign)."""
+
+    leader = False
+
+    def ready(self) -> bool:
+        return self.leader
+
+    def reallocate(self, node: str, req: Any) -> Any:
+        raise AssertionError("not asked")

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from managerlib import TOKENS, auth, heartbeat, job, serve
+from managerlib import TOKENS, Standby, auth, heartbeat, job, serve
 
 from specon import defaults
 from specon_manager.app import create_app
@@ -250,19 +250,6 @@ def test_bad_identity_or_tls_settings_exit_2_with_one_clear_line(
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert says in res.stderr and "Traceback" not in res.stderr, res.stderr
-
-
-class Standby:
-    """The migration controller of a replica that does not hold the Lease (what the API asks
-    of it; the real one is exercised by the plane tests and the fault campaign)."""
-
-    leader = False
-
-    def ready(self) -> bool:
-        return self.leader
-
-    def reallocate(self, node: str, req: Any) -> Any:
-        raise AssertionError("not asked")
 
 
 def test_a_standby_refuses_heartbeats_and_extender_calls_and_closes_the_connection() -> None:
