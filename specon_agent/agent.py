@@ -46,7 +46,7 @@ from .discovery import Arrived, Departed, Event, Resync, Target
 from .link import ManagerLink
 from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
 from .progress import ProgressSource
-from .qos import JobQos
+from .qos_tracker import JobQos
 from .safefs import ConfinementError, open_beneath, read_beneath, sha256_beneath, write_beneath
 from .threads import write_thread_hint
 

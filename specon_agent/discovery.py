@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from specon import names
-from specon.qos import QosSpec, parse_timestamp, read, total_steps
+from specon.qos_annotations import QosSpec, parse_timestamp, read, total_steps
 
 from .actuators.base import bare_id
 from .tail import newest_cri_log

@@ -50,7 +50,7 @@ from specon_manager.extender import (
 from specon_manager.identity import MAX_TOKEN_BYTES, Refusal, StaticTokens, TokenReviewer
 from specon_manager.kube import KubeError
 from specon_manager.metrics import ManagerMetrics
-from specon_manager.qos import QosBook
+from specon_manager.qos_book import QosBook
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
 from specon_manager.status import router as status_router

@@ -6,8 +6,8 @@ the wire are the Go field names (``Pod``, ``Nodes``, ``NodeNames``, ``FailedNode
 ``true`` it sends and reads ``NodeNames``. Pods that are not training jobs pass untouched.
 
 A training pod's QoS annotations are read here (the first sight of the pod, see
-:mod:`specon_manager.qos`); one with a deadline or a target is scored by
-:func:`specon.core.qos_sched.qos_placement_scores` instead of the SpeCon score.
+:mod:`specon_manager.qos_book`); one with a deadline or a target is scored by
+:func:`specon.core.qos_rules.qos_placement_scores` instead of the SpeCon score.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from specon_manager.qos import QosBook
+from specon_manager.qos_book import QosBook
 from specon_manager.state import MAX_PRIORITY, ClusterState, is_training_pod, reservation_key
 
 __all__ = ["MAX_PRIORITY", "BadRequest", "ExtenderArgs", "ExtenderFilterResult", "HostPriority",

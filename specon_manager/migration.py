@@ -36,7 +36,7 @@ from typing import Any
 from specon import names
 from specon.core.categorize import Category
 from specon.core.policy import lookup
-from specon.core.qos_sched import migration_hold
+from specon.core.qos_rules import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
 from specon.quantity import millicores, parse_cpu
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest

@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from specon.core.progress import PlannedMove, plan_moves
-from specon.core.qos_sched import migration_hold
+from specon.core.qos_rules import migration_hold
 from specon.wire import LABEL_MIGRATABLE
 from specon_manager.kube import Kube, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics

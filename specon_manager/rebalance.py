@@ -2,7 +2,7 @@
 recently converged job onto an idle or under-loaded worker, through the migration controller
 (so every safety rule and cap applies). Jobs with a deadline: an at-risk one, or one with less
 slack than ``migration_cost_s``, is not a candidate, and among the candidates the one with the
-most slack moves first (specon.core.qos_sched; no deadline is infinite slack).
+most slack moves first (specon.core.qos_rules; no deadline is infinite slack).
 
 A job counts as converged-and-marked from the moment it was marked migrated (annotation
 ``specon.io/migrated-at``) or, when its agent never asked to move it (it was alone with its
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specon.core.categorize import Category
-from specon.core.qos_sched import migration_hold
+from specon.core.qos_rules import migration_hold
 from specon.core.rebalance import Move, PlacedJob, plan_rebalance
 from specon.wire import LABEL_MIGRATABLE, JobReport
 from specon_manager.kube import Kube, annotations_of, controller_ref, meta

@@ -23,7 +23,7 @@ from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
 from specon_manager.planner import MovePlanner
 from specon_manager.pods import PodDirectory
-from specon_manager.qos import EventPoster, QosBook
+from specon_manager.qos_book import EventPoster, QosBook
 from specon_manager.rebalance import Rebalancer
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState

@@ -24,7 +24,7 @@ from specon.core.progress import (
     placement_scores,
     reported_load,
 )
-from specon.core.qos_sched import qos_priorities
+from specon.core.qos_rules import qos_priorities
 from specon.core.scoring import (
     INCOMING,
     Weights,

@@ -415,8 +415,8 @@ class Simulator:
         return urgency(steps, job.rate, best, left)
 
     def _agent_qos_caps(self, w: _Worker, jobs: list[_Job], caps: list[float]) -> list[float]:
-        """The node agent's rule (specon_agent/qos.py, docs/qos.md): each job with a target or
-        deadline assessed from its rate and cores so far, the worker divided by strict
+        """The node agent's rule (specon_agent/qos_tracker.py, docs/qos.md): each job with a
+        target or deadline assessed from its rate and cores so far, the worker divided by strict
         priority into limits; jobs without either keep FlowCon's caps."""
         judged: dict[str, Assessment | None] = {}
         for j in jobs:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specon.qos import (
+from specon.qos_annotations import (
     DEADLINE,
     STOP_AT_TARGET,
     TARGET_LOSS,

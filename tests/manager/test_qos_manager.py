@@ -21,7 +21,7 @@ from specon_manager.app import create_app
 from specon_manager.auth import NodeTokens
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
-from specon_manager.qos import REASON_INVALID, EventPoster, QosBook
+from specon_manager.qos_book import REASON_INVALID, EventPoster, QosBook
 from specon_manager.rebalance import Rebalancer
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState

@@ -1,10 +1,11 @@
 """Quality targets and deadlines on one node (DQoES and the QoS-oriented scheduler, issue 7).
 
-For each job whose pod states a target loss or a deadline (specon/qos.py), the agent keeps its
-(step, loss) history and its step rate and CPU use over a recent window; at every QoS tick it
-fits the learning curve (specon/core/predict.py), predicts when the job reaches its target and
-when it finishes, judges where it stands (specon/core/urgency.py: ``assess``) and turns the
-node's judgements into CPU limits (``qos_limits``) that override FlowCon's for those jobs.
+For each job whose pod states a target loss or a deadline (specon/qos_annotations.py), the
+agent keeps its (step, loss) history and its step rate and CPU use over a recent window; at
+every QoS tick it fits the learning curve (specon/core/predict.py), predicts when the job
+reaches its target and when it finishes, judges where it stands (specon/core/urgency.py:
+``assess``) and turns the node's judgements into CPU limits (``qos_limits``) that override
+FlowCon's for those jobs.
 
 No I/O and no clock: the agent feeds records, CPU counters and the time.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 
 from specon.core.predict import Prediction, fit_curve, predict
 from specon.core.urgency import Assessment, assess
-from specon.qos import QosSpec
+from specon.qos_annotations import QosSpec
 
 #: At most this many (step, loss) points are kept per job; beyond it every other one is
 #: dropped (the fit needs the curve's shape, not every record).

@@ -1,8 +1,8 @@
 """Training pods' quality targets and deadlines as the manager first sees them (the extender's
 filter and prioritize calls carry the whole pod): the annotations are parsed once per pod UID
-with :func:`specon.qos.parse`; a valid spec is remembered for placement, a malformed one gets
-one Warning event ``InvalidQoS`` on the pod (once per UID, never a storm) and the pod is
-scheduled without QoS, never refused.
+with :func:`specon.qos_annotations.parse`; a valid spec is remembered for placement, a
+malformed one gets one Warning event ``InvalidQoS`` on the pod (once per UID, never a storm)
+and the pod is scheduled without QoS, never refused.
 
 Events are posted from a background thread: the extender answers without waiting for the API.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from specon.qos import ANNOTATIONS, QosSpec, parse_timestamp, read
+from specon.qos_annotations import ANNOTATIONS, QosSpec, parse_timestamp, read
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ import pytest
 from specon.core.flowcon import FlowConParams
 from specon.core.node import NodeController
 from specon.core.urgency import qos_limits
-from specon.qos import QosSpec, parse_timestamp
+from specon.qos_annotations import QosSpec, parse_timestamp
 from specon.sdk import Checkpointer, Reporter
 from specon_agent.actuators.cgroup import CgroupActuator
 from specon_agent.agent import Agent, LoopConfig, _Followed
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target, pod_targets, read_qos
-from specon_agent.qos import JobQos
+from specon_agent.qos_tracker import JobQos
 
 T0 = 1_800_000_000.0
 

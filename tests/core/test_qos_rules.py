@@ -1,4 +1,4 @@
-"""Quality targets and deadlines in the manager's decisions (specon.core.qos_sched)."""
+"""Quality targets and deadlines in the manager's decisions (specon.core.qos_rules)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 import math
 import random
 
-from specon.core.qos_sched import (
+from specon.core.qos_rules import (
     AT_RISK_PENALTY,
     NodeQos,
     migration_hold,
