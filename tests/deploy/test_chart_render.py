@@ -33,6 +33,19 @@ def test_helm_lint_passes(plane_bin: Path, home: Path, actuator: str) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in res.stdout
 
 
+@pytest.mark.parametrize(("replicas", "strategy"), [(1, "Recreate"), (2, None)])
+def test_an_upgrade_never_runs_two_managers_without_a_lease(
+        plane_bin: Path, home: Path, replicas: int, strategy: str | None) -> None:
+    """One replica has no leader election: its Deployment is recreated on upgrade (the old pod
+    gone before the new one starts), never rolled with both acting at once; with more replicas
+    the Lease decides and the rolling update stays."""
+    manager = one(docs(render(plane_bin, home, {"manager.replicas": replicas})),
+                  "Deployment", "specon-manager")
+    env = env_of(pod_spec(manager)["containers"][0])
+    assert env["SPECON_MANAGER_LEADER_ELECTION"] == str(replicas > 1).lower()
+    assert manager["spec"].get("strategy", {}).get("type") == strategy
+
+
 @pytest.mark.parametrize(("values", "where"), [
     ({"agent.actuator": "podman"}, "/agent/actuator"),
     ({"algorithm.alpha": -0.1}, "/algorithm/alpha"),
