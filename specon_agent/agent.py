@@ -105,6 +105,12 @@ def agent_policy(name: str) -> Policy:
     return policy
 
 
+def _measured(job: _Followed) -> bool:
+    """Whether the job has run a step since the first one it reported (its cost per step can
+    be measured)."""
+    return job.step1 is not None and job.step > job.step1
+
+
 @dataclass
 class _Followed:
     target: Target
@@ -113,6 +119,11 @@ class _Followed:
     cpu0: int | None = None  # its CPU counter when it arrived (ns)
     step: float = 0.0  # the last step it reported (records counted when it gives none)
     step0: float = 0.0  # its step when the agent found it (what it logged before)
+    #: Its step and CPU counter (ns) at the first step it reported after it was found: its
+    #: cost per step is measured from there, so its start-up (imports, data, model) is not
+    #: taken for training work; None until then.
+    step1: float | None = None
+    cpu1: int | None = None
     load: JobLoad | None = None  # what the policy last knew of it (node share rules)
     stats_seen: tuple[int, int, int] = (0, 0, 0)  # rotations, truncations, bytes
     refusal_seen: bool = False  # its progress file was refused (counted once)
@@ -246,6 +257,8 @@ class Agent:
         reading = job.source.poll()
         for k in reading.steps:
             job.step = job.step + 1 if k is None else max(job.step, float(k))
+        if job.step1 is None and job.step > job.step0:
+            job.step1, job.cpu1 = job.step, self.meter.usage_ns(cid)
         if job.qos is not None:
             job.qos.add(self.clock(), reading.steps, reading.losses)
         if reading.parse_errors:
@@ -278,11 +291,14 @@ class Agent:
     def _divide(self, now: float, first_steps_only: bool = False) -> None:
         """Run the policy's node share rule (specon.core.node.NODE_SHARES) over the jobs, from
         what each one's progress tells (specon.core.progress.measured_load). With
-        ``first_steps_only``, only when some job reported its first step since the last run
-        (until then it is served first, as FlowCon serves a new job)."""
+        ``first_steps_only``, only when some job's cost per step became measurable since the
+        last run (until then it is served first, as FlowCon serves a new job). A job's cost
+        per step is its CPU over its steps since the first step it reported (its start-up
+        excluded: counted from arrival, a job seconds old looked many times longer than it
+        is, and the order flipped as the estimate settled)."""
         if self.policy.share not in NODE_SHARES or not self.jobs:
             return
-        if first_steps_only and not any(j.step > j.step0 and (j.load is None or j.load.work == 0)
+        if first_steps_only and not any(_measured(j) and (j.load is None or j.load.work == 0)
                                         for j in self.jobs.values()):
             return
         cpus = self.actuator.node_cpus
@@ -290,11 +306,13 @@ class Agent:
         for cid, job in self.jobs.items():
             view = self.control.jobs.get(cid)
             used = self.meter.usage_ns(cid)
-            cpu_s = (used - job.cpu0) / 1e9 if used is not None and job.cpu0 is not None \
-                else 0.0
+            cpu_s, steps = 0.0, 0.0
+            if _measured(job) and used is not None and job.cpu1 is not None:
+                assert job.step1 is not None
+                cpu_s, steps = (used - job.cpu1) / 1e9, job.step - job.step1
             job.load = measured_load(cid, job.step, job.target.total_steps, cpu_s, cpus,
                                      view.cat.category if view else Category.PROGRESSING,
-                                     now - job.arrived, measured_steps=job.step - job.step0)
+                                     now - job.arrived, measured_steps=steps)
             loads.append(job.load)
         self.control.divide(self.policy.share, cpus, loads, self.weights)
 
@@ -662,7 +680,7 @@ class Agent:
                 owner_limit_cores=self.actuator.owner_cores(cid),
                 migrated=view.cat.migrated, checkpointable=t.migratable,
                 step=int(job.step) if job.step > 0 else None,
-                work_s=job.load.work if job.load is not None and job.step > job.step0 else None,
+                work_s=job.load.work if job.load is not None and _measured(job) else None,
                 checkpoint=self.checkpoint_of(job))))
         return Heartbeat(
             node=self.config.node, time=now, seq=self.seq, capacity_cpus=self.actuator.node_cpus,

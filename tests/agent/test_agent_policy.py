@@ -5,11 +5,15 @@ agent lacks is refused with the rule named."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from specon_agent.actuators.cgroup import CgroupActuator
 from specon_agent.agent import Agent, LoopConfig, _Followed
 from specon_agent.discovery import Target
+from specon_agent.progress import ProgressSource
 from specon_agent.settings import SettingsProblem, load_settings
 
 LONG, SHORT, NEW = "1" * 64, "2" * 64, "3" * 64
@@ -42,6 +46,12 @@ def follow(agent: Agent, meter: Meter, cid: str, total: int | None, now: float =
     agent.control.arrive(cid, now, 0)
 
 
+def first_step(agent: Agent, cid: str, step: float, cpu_ns: int) -> None:
+    """The first step the job reported, and its CPU counter then (what a poll records)."""
+    job = agent.jobs[cid]
+    job.step, job.step1, job.cpu1 = step, step, cpu_ns
+
+
 def test_the_progress_policy_gives_the_node_to_the_job_with_least_work_left() -> None:
     meter = Meter()
     agent = Agent(LoopConfig(node="n", policy="specon+flowcon"), Actuator(node_cpus=2),
@@ -49,6 +59,8 @@ def test_the_progress_policy_gives_the_node_to_the_job_with_least_work_left() ->
     for cid in (LONG, SHORT, NEW):
         follow(agent, meter, cid, total=1000)
     # one CPU-second a step: 900 s of work left for LONG, 50 s for SHORT
+    first_step(agent, LONG, 0, 0)
+    first_step(agent, SHORT, 0, 0)
     agent.jobs[LONG].step, agent.jobs[SHORT].step = 100, 950
     meter.ns.update({LONG: 100 * 10**9, SHORT: 950 * 10**9})
     agent._divide(60.0)
@@ -56,6 +68,7 @@ def test_the_progress_policy_gives_the_node_to_the_job_with_least_work_left() ->
     # a job not measured yet is served first (as FlowCon serves a new job), then the shortest
     assert cores[NEW] > cores[SHORT] > cores[LONG] > 0, cores
     assert agent.control.limits[LONG] == agent.control.shares[LONG]
+    first_step(agent, NEW, 1, 10**9)
     agent.jobs[NEW].step = 10
     meter.ns[NEW] = 10 * 10**9  # 990 s left: now the longest
     agent.next_poll = 0.0
@@ -94,3 +107,39 @@ def test_a_policy_the_agent_cannot_run_is_refused_by_name() -> None:
         load_settings(["--policy", "slaq"])
     with pytest.raises(SettingsProblem, match="unknown policy 'fifo'"):
         load_settings(["--policy", "fifo"])
+
+
+def test_a_jobs_cost_per_step_is_measured_from_its_first_step_not_its_start_up(
+        tmp_path: Path) -> None:
+    """Start-up (imports, data, the model) is not training work: counted from the job's
+    arrival, a job that spent 30 CPU-seconds starting looked four times longer than it is, and
+    on the real engine the order of service flipped as the estimate settled (the real-engine
+    benchmark, benchmarks/agent_vs_na.py --workload multicore)."""
+    meter = Meter()
+    agent = Agent(LoopConfig(node="n", policy="specon+flowcon"), Actuator(node_cpus=2),
+                  meter)  # type: ignore[arg-type]
+    log = tmp_path / "progress.jsonl"
+    log.write_text("")
+    meter.ns[NEW] = 0
+    agent.jobs[NEW] = job = _Followed(Target(cid=NEW, namespace="ns", pod="p-new",
+                                             total_steps=1000),
+                                      ProgressSource(log, "plain"), arrived=0.0, cpu0=0)
+    agent.control.arrive(NEW, 0.0, 0)
+
+    def steps(*ks: int) -> None:
+        with log.open("a") as f:
+            for k in ks:
+                f.write(json.dumps({"event": "progress", "step": k, "loss": 1.0 / k}) + "\n")
+        agent._poll_one(NEW)
+
+    meter.ns[NEW] = 30 * 10**9  # 30 s of start-up, then its first step
+    steps(1)
+    assert (job.step1, job.cpu1) == (1, 30 * 10**9)
+    agent._divide(40.0)
+    assert job.load is not None and job.load.work == 0  # not measured yet: served first
+    assert agent.heartbeat(40.0).jobs[0].work_s is None
+    meter.ns[NEW] = 40 * 10**9  # then one CPU-second a step
+    steps(*range(2, 12))
+    agent._divide(50.0)
+    assert job.load.work == pytest.approx(989.0)  # 989 steps left at 1 s, not 3,596
+    assert agent.heartbeat(50.0).jobs[0].work_s == pytest.approx(989.0)
