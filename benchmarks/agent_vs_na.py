@@ -1,15 +1,28 @@
 """The agent against no agent on real training containers, and what the simulator predicted.
 
-Runs the same staggered workload of real PyTorch example jobs (one thread each, from the local
-base image, the repository mounted read-only) twice on this Docker host: once with no limits at
-all (equal CFS shares: the research's NA), once with `specon-agent` in standalone mode (FlowCon).
-Reports each job's completion time, the average and the makespan of both runs, and the same
-figures from the simulator (`specon.sim`, the engine behind `specon simulate`) for the same
-workload, profiles and parameters, with the simulator's error in %.
+Runs the same staggered workload of real PyTorch example jobs (from the local base image, the
+repository mounted read-only) on this Docker host: with no limits at all (equal CFS shares: the
+research's NA, the simulator's `default`) and with `specon-agent` in standalone mode running a
+policy's node rules (`--policy`: `flowcon`, the research's FlowCon, or `specon+flowcon`, CPU to
+the job with the least work left). Reports each job's completion time, the average and the
+makespan of each run, and the same figures from the simulator (`specon.sim`, the engine behind
+`specon simulate`) for the same workload, profiles and parameters, with the simulator's error.
 
-Usage: python benchmarks/agent_vs_na.py [--out results/agent_vs_na] [--scale 1.0]
-About 6-10 minutes on a 2-core host. The workload file it writes can be replayed with
-`specon simulate results/agent_vs_na/workload.json --policies default,flowcon --seeds 1
+Workloads (`--workload`):
+- `single`: four single-threaded jobs (mlp, vae, gru, rnn), about 40 s of one core each,
+  started 10 s apart (the first comparison, 2026-11-21);
+- `multicore`: four jobs of the multi-core models (cnn, charlm), two threads each, each
+  declaring its total steps (`specon.io/total-steps`, a container label here), started 10 s
+  apart: what the progress-aware rule needs to know a job's work left.
+
+With `--repeats N` the two arms alternate N times (NA, agent, NA, agent, ...), so that both
+see the same drift of the host's other load; the report gives each arm's mean with a 95%
+t-interval, and the per-repeat paired change with its mean and interval.
+
+Usage: python benchmarks/agent_vs_na.py [--workload single|multicore] [--policy flowcon]
+       [--repeats 1] [--out results/agent_vs_na] [--scale 1.0]
+About 3 minutes per repeat on a 2-core host. The workload file it writes can be replayed with
+`specon simulate results/agent_vs_na/workload.json --policies default,<policy> --seeds 1
 --alpha 0.05 --interval 10 --beta 2`.
 Completion times depend on the host's other load at the time: run it on a quiet machine.
 """
@@ -32,15 +45,25 @@ from typing import Any
 import docker
 
 from specon.core.policy import POLICIES
+from specon.names import ANNOTATION_TOTAL_STEPS as TOTAL_STEPS
 from specon.sim.engine import Simulator
 from specon.sim.model import SimConfig
 from specon.workload.load import parse_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "specon" / "data" / "profiles"
-# (model, iterations, submit time in s): about 40 s of one core each, started 10 s apart, so
-# that four single-threaded jobs compete for the host's two cores.
-WORKLOAD = [("mlp", 14000, 0.0), ("vae", 12000, 10.0), ("gru", 3500, 20.0), ("rnn", 7000, 30.0)]
+# (model, iterations, submit time in s, threads): started 10 s apart, so that four jobs compete
+# for the host's two cores.
+WORKLOADS: dict[str, list[tuple[str, int, float, int]]] = {
+    # about 40 s of one core each
+    "single": [("mlp", 14000, 0.0, 1), ("vae", 12000, 10.0, 1), ("gru", 3500, 20.0, 1),
+               ("rnn", 7000, 30.0, 1)],
+    # the multi-core models, two threads each, of unequal lengths (work left differs)
+    "multicore": [("cnn", 160, 0.0, 2), ("charlm", 40, 10.0, 2), ("cnn", 60, 20.0, 2),
+                  ("charlm", 90, 30.0, 2)],
+}
+PROFILE_FILES = {"mlp": "mlp-digits", "vae": "vae-digits", "gru": "gru-digits",
+                 "rnn": "rnn-digits", "cnn": "cnn-synthetic", "charlm": "charlm-synthetic"}
 # The research's FlowCon parameters at a short interval (the same for the agent and the
 # simulator).
 ALPHA, INTERVAL_S, BETA = 0.05, 10.0, 2.0
@@ -70,18 +93,24 @@ def busy_cores(seconds: float = 10.0) -> float:
 
 
 def run_real(client: docker.DockerClient, jobs: list[tuple[str, int, float]], with_agent: bool,
-             log_dir: Path, threads: list[int] | None = None) -> list[dict[str, Any]]:
-    """Run ``jobs`` (model, iterations, submit time) as containers, with or without the agent;
-    ``threads``: each job's thread count (default one each)."""
+             log_dir: Path, threads: list[int] | None = None, policy: str = "flowcon",
+             declare_totals: bool = False) -> list[dict[str, Any]]:
+    """Run ``jobs`` (model, iterations, submit time) as containers, with or without the agent
+    (running ``policy``'s node rules); ``threads``: each job's thread count (default one
+    each); ``declare_totals``: each container states its iterations as its total steps."""
     label = f"specon.bench/agent-{secrets.token_hex(4)}"
     counts = threads or [1] * len(jobs)
     agent = None
     if with_agent:
-        log = open(log_dir / "agent.log", "wb")  # noqa: SIM115
+        log = open(log_dir / "agent.log", "ab")  # noqa: SIM115
+        # The agent's `paper` is the simulator's `flowcon` on one node (FlowCon, Algorithm 3's
+        # requests with no manager to answer them).
+        agent_policy = "paper" if policy == "flowcon" else policy
         agent = subprocess.Popen(
             [sys.executable, "-m", "specon_agent", "--label", label, "--metrics-port", "0",
              "--interval-s", str(INTERVAL_S), "--alpha", str(ALPHA), "--flowcon-alpha",
-             str(ALPHA), "--flowcon-beta", str(BETA), "--poll-s", "1"],
+             str(ALPHA), "--flowcon-beta", str(BETA), "--poll-s", "1",
+             "--policy", agent_policy],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         time.sleep(3)
     t0 = time.time()
@@ -95,7 +124,8 @@ def run_real(client: docker.DockerClient, jobs: list[tuple[str, int, float]], wi
                 detach=True, network_mode="none", working_dir="/src",
                 volumes={str(ROOT): {"bind": "/src", "mode": "ro"}},
                 environment={"PYTHONPATH": "/src"},
-                labels={label: "true"},
+                labels={label: "true", **({TOTAL_STEPS: str(iterations)}
+                                          if declare_totals else {})},
                 name=f"bench-{label.rsplit('-', 1)[1]}-{i}-{model}")
             started.append((c, submit))
         out = []
@@ -116,14 +146,16 @@ def run_real(client: docker.DockerClient, jobs: list[tuple[str, int, float]], wi
             c.remove(force=True)
 
 
-def workload_doc(jobs: list[tuple[str, int, float]], cpus: float) -> dict[str, Any]:
+def workload_doc(jobs: list[tuple[str, int, float]], cpus: float,
+                 threads: list[int] | None = None) -> dict[str, Any]:
     profiles = {}
     specs = []
+    counts = threads or [1] * len(jobs)
     for i, (model, iterations, submit) in enumerate(jobs):
-        prof = json.loads((PROFILES / f"{model}-digits.json").read_text())
+        prof = json.loads((PROFILES / f"{PROFILE_FILES[model]}.json").read_text())
         profiles[model] = prof
         specs.append({"name": f"{i}-{model}", "profile": model, "submit_s": submit,
-                      "work_scale": iterations / prof["iterations"], "cores": 1.0,
+                      "work_scale": iterations / prof["iterations"], "cores": counts[i],
                       "migratable": False})
     return {"format": "specon-workload/v1", "cluster": {"workers": [
         {"name": "host", "cpus": cpus}]}, "profiles": profiles, "jobs": specs,
@@ -147,60 +179,102 @@ def summary(jobs: list[dict[str, Any]]) -> dict[str, float]:
             "makespan_s": max(j["finish_s"] for j in jobs) - min(j["submit_s"] for j in jobs)}
 
 
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (0 for a single value)."""
+    m = statistics.mean(values)
+    if len(values) < 2:
+        return m, 0.0
+    from scipy.stats import t  # the simulator's extra; only for the interval's quantile
+    return m, float(t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / len(values) ** 0.5
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "agent_vs_na")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="single")
+    ap.add_argument("--policy", choices=["flowcon", "specon+flowcon"], default="flowcon",
+                    help="the policy whose node rules the agent runs (and the simulator)")
+    ap.add_argument("--repeats", type=int, default=1, help="alternating runs of each arm")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every job's iterations")
     args = ap.parse_args()
+    if args.repeats < 1 or args.scale <= 0:
+        ap.error("--repeats must be at least 1 and --scale positive")
     args.out.mkdir(parents=True, exist_ok=True)
-    jobs = [(m, max(200, round(n * args.scale)), s) for m, n, s in WORKLOAD]
+    spec = WORKLOADS[args.workload]
+    jobs = [(m, max(10, round(n * args.scale)), s) for m, n, s, _ in spec]
+    threads = [t for *_, t in spec]
+    declare = args.workload == "multicore"
     client = docker.from_env()
     cpus = float(client.info()["NCPU"])
-    doc = workload_doc(jobs, cpus)
+    doc = workload_doc(jobs, cpus, threads)
     (args.out / "workload.json").write_text(json.dumps(doc, indent=1))
+    arms = (("na", False, "default"), ("agent", True, args.policy))
     results: dict[str, Any] = {"host_cpus": cpus, "load_before": os.getloadavg(),
-                               "alpha": ALPHA, "interval_s": INTERVAL_S, "beta": BETA}
-    for key, with_agent, policy in (("na", False, "default"), ("agent", True, "flowcon")):
-        # Other work on the host takes CPU the simulated worker would otherwise have: measured
-        # just before the run, it gives the "calibrated" prediction beside the nominal one.
-        busy = busy_cores()
-        print(f"running {key} (host busy with {busy:.2f} cores before) ...", file=sys.stderr,
-              flush=True)
-        # The calibrated worker is slower by the share of the host others were using.
-        speed = max(0.1, (cpus - busy) / cpus)
+                               "workload": args.workload, "policy": args.policy,
+                               "alpha": ALPHA, "interval_s": INTERVAL_S, "beta": BETA,
+                               "runs": []}
+    for key, _, policy in arms:
         sim = simulate(doc, policy)
-        cal = simulate(doc, policy, speed)
-        real = run_real(client, jobs, with_agent, args.out)
-        results[key] = {"real": real, "real_summary": summary(real), "sim": sim,
-                        "sim_summary": summary(sim), "busy_before_cores": busy,
-                        "sim_calibrated_speed": speed, "sim_calibrated": cal,
-                        "sim_calibrated_summary": summary(cal), "load_after": os.getloadavg()}
+        results[key] = {"sim": sim, "sim_summary": summary(sim)}
+    for rep in range(args.repeats):
+        for key, with_agent, policy in arms:
+            # Other work on the host takes CPU the simulated worker would otherwise have:
+            # measured just before the run, it gives the "calibrated" prediction.
+            busy = busy_cores(5.0)
+            print(f"repeat {rep + 1}/{args.repeats}: {key} (host busy with {busy:.2f} cores "
+                  "before) ...", file=sys.stderr, flush=True)
+            speed = max(0.1, (cpus - busy) / cpus)
+            cal = simulate(doc, policy, speed)
+            real = run_real(client, jobs, with_agent, args.out, threads=threads,
+                            policy=args.policy, declare_totals=declare)
+            bad = [j["name"] for j in real if j["exit"] != 0]
+            if bad:
+                raise SystemExit(f"jobs failed in the {key} run: {bad} (see docker logs)")
+            results["runs"].append({"repeat": rep, "arm": key, "real": real,
+                                    "real_summary": summary(real), "busy_before_cores": busy,
+                                    "sim_calibrated_speed": speed,
+                                    "sim_calibrated_summary": summary(cal),
+                                    "load_after": os.getloadavg()})
+            s = summary(real)
+            print(f"  {key}: average {s['average_s']:.1f} s, makespan {s['makespan_s']:.1f} s",
+                  file=sys.stderr, flush=True)
     (args.out / "result.json").write_text(json.dumps(results, indent=1))
+    report(results, jobs, args)
 
-    print(f"{'job':<10}{'NA real':>10}{'NA sim':>10}{'agent real':>12}{'agent sim':>11}")
+
+def report(results: dict[str, Any], jobs: list[tuple[str, int, float]],
+           args: argparse.Namespace) -> None:
+    runs = results["runs"]
+    by = {k: [r for r in runs if r["arm"] == k] for k in ("na", "agent")}
+    print(f"workload {args.workload}, agent policy {args.policy}, {args.repeats} repeat(s), "
+          f"host {results['host_cpus']:g} CPUs")
+    print(f"{'job':<12}{'NA real':>10}{'NA sim':>9}{'agent real':>12}{'agent sim':>11}"
+          "   (real: mean of the repeats)")
     for i in range(len(jobs)):
-        row = [results[k][w][i]["completion_s"] for k in ("na", "agent") for w in ("real", "sim")]
-        print(f"{results['na']['real'][i]['name']:<10}" + "".join(
-            f"{v:>10.1f}" if j % 2 == 0 else f"{v:>11.1f}" for j, v in enumerate(row)))
-    for metric in ("average_s", "makespan_s"):
-        na, ag = results["na"], results["agent"]
-        r_na, r_ag = na["real_summary"][metric], ag["real_summary"][metric]
-        s_na, s_ag = na["sim_summary"][metric], ag["sim_summary"][metric]
-        print(f"{metric:<10}{r_na:>10.1f}{s_na:>10.1f}{r_ag:>12.1f}{s_ag:>11.1f}   "
-              f"agent vs NA real {100 * (r_ag - r_na) / r_na:+.1f}%, sim "
-              f"{100 * (s_ag - s_na) / s_na:+.1f}%; sim error NA "
-              f"{100 * (s_na - r_na) / r_na:+.1f}%, agent {100 * (s_ag - r_ag) / r_ag:+.1f}%")
-    for metric in ("average_s", "makespan_s"):
-        errs = []
+        cells = []
         for k in ("na", "agent"):
-            r = results[k]["real_summary"][metric]
-            c = results[k]["sim_calibrated_summary"][metric]
-            errs.append(f"{k} {c:.1f} s ({100 * (c - r) / r:+.1f}% vs real, worker speed "
-                        f"{results[k]['sim_calibrated_speed']:.2f})")
-        print(f"calibrated sim {metric}: " + "; ".join(errs))
+            cells.append(statistics.mean(r["real"][i]["completion_s"] for r in by[k]))
+            cells.append(results[k]["sim"][i]["completion_s"])
+        print(f"{by['na'][0]['real'][i]['name']:<12}{cells[0]:>10.1f}{cells[1]:>9.1f}"
+              f"{cells[2]:>12.1f}{cells[3]:>11.1f}")
+    lines = []
+    for metric in ("average_s", "makespan_s"):
+        na = [r["real_summary"][metric] for r in by["na"]]
+        ag = [r["real_summary"][metric] for r in by["agent"]]
+        change = [100 * (a - n) / n for n, a in zip(na, ag, strict=True)]
+        (mn, hn), (ma, ha), (mc, hc) = interval(na), interval(ag), interval(change)
+        s_na, s_ag = (results[k]["sim_summary"][metric] for k in ("na", "agent"))
+        predicted = 100 * (s_ag - s_na) / s_na
+        line = (f"{metric}: NA {mn:.1f} ± {hn:.1f} s, agent {ma:.1f} ± {ha:.1f} s; paired "
+                f"change {mc:+.1f}% ± {hc:.1f} (per repeat: "
+                f"{', '.join(f'{c:+.1f}%' for c in change)}); simulator predicted "
+                f"{s_na:.1f} -> {s_ag:.1f} s ({predicted:+.1f}%)")
+        lines.append(line)
+        print(line)
     print(f"load average before/after: {results['load_before']} / "
-          f"{results['agent']['load_after']}")
-    print(f"written: {args.out / 'result.json'}")
+          f"{runs[-1]['load_after']}")
+    (args.out / "summary.txt").write_text("\n".join(lines) + "\n")
+    print(f"written: {args.out / 'result.json'}, {args.out / 'summary.txt'}")
 
 
 if __name__ == "__main__":
