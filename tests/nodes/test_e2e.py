@@ -1,9 +1,10 @@
 """The user's path, end to end on two real nodes: `helm install` the chart (manager, agents and
 specon-scheduler run as real pods), `kubectl apply` the training Jobs of deploy/examples, the
 agent follows their losses and changes their CPU limits (read back from the cgroup files),
-the converged migratable job is checkpointed, evicted and restored on the other node, where it
-finishes with its loss curve continuing, and `helm uninstall` leaves every container's limit as
-its owner set it.
+the converged migratable job is checkpointed, evicted and restored on the other node (a
+`helm upgrade` replacing the manager and every agent while that migration is in flight), where
+it finishes with its loss curve continuing, and `helm uninstall` leaves every container's limit
+as its owner set it.
 
 The install is docs/user-guide.md's, with this machine's registry name and storage class, the
 cgroup v1 layout of this host (`agent.cgroup.cpuSubPath`), and short intervals so that a job
@@ -185,9 +186,25 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     # -- the agent follows the losses and writes limits; the converged job moves -----------------
     ckpt_dir = shared / "jobs" / MIGRATABLE
     progress = ckpt_dir / "progress.jsonl"
+    before_upgrade = {p["metadata"]["uid"] for p in pods(cluster, SYSTEM)}
+    upgrade: dict[str, Any] = {}
+
+    def reasons() -> list[str]:
+        return k("get", "events", "-n", training, "-o",
+                 "jsonpath={range .items[*]}{.reason}{'\\n'}{end}").stdout.split()
 
     def moved() -> dict[str, Any] | None:
         watch.sample(cluster, training)
+        if not upgrade:
+            seen = reasons()
+            if "MigrationStarted" in seen:
+                # -- helm upgrade with the migration in flight (docs/upgrades.md): the manager
+                # and every agent are replaced while the job is being moved -------------------
+                upgrade["in_flight"] = "MigrationCompleted" not in seen
+                upgrade["events"] = seen
+                helm(cluster, home, "upgrade", RELEASE, str(REPO / "charts" / "specon"),
+                     "--namespace", SYSTEM, "--reuse-values", "--set", "manager.logLevel=debug",
+                     "--set", "agent.logLevel=debug")
         for p in pods(cluster, training, "-l", f"job-name={MIGRATABLE}"):
             if p["metadata"]["name"] not in original and p["spec"].get("nodeName") == second \
                     and running_container_id(p):
@@ -200,7 +217,20 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
                 + "\n" + "\n".join(json.dumps(r) for r in progress_records(progress)[-5:]))
 
     replacement = wait_for("the converged job to be restored on the other node", moved,
-                           timeout=420, every=2, diagnose=status)
+                           timeout=420, every=1, diagnose=status)
+    assert upgrade.get("in_flight"), f"the upgrade came after the migration: {upgrade}"
+
+    def upgraded() -> bool:
+        now = pods(cluster, SYSTEM)
+        rolled = [p for p in now if p["metadata"]["labels"].get(
+            "app.kubernetes.io/component") in ("agent", "manager")]
+        return (len(rolled) == 3 and not {p["metadata"]["uid"] for p in rolled} & before_upgrade
+                and all(p["status"]["phase"] == "Running" and all(
+                    c.get("ready") for c in p["status"].get("containerStatuses", []))
+                    for p in now))
+
+    wait_for("the upgraded manager and agents to be ready", upgraded, timeout=300, every=2,
+             diagnose=status)
 
     # -- it finishes there, its loss curve continuing where it stopped ----------------------------
     def finished() -> bool:
@@ -233,9 +263,7 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     migrated = get(cluster, "job", "-n", training, MIGRATABLE)["metadata"].get(
         "annotations", {}).get("specon.io/migrated")
     assert migrated, "the Job carries no specon.io/migrated mark"
-    reasons = k("get", "events", "-n", training, "-o",
-                "jsonpath={range .items[*]}{.reason}{'\\n'}{end}").stdout.split()
-    assert {"MigrationStarted", "CheckpointVerified", "MigrationCompleted"} <= set(reasons)
+    assert {"MigrationStarted", "CheckpointVerified", "MigrationCompleted"} <= set(reasons())
     assert replacement["spec"]["nodeName"] == second
 
     # -- the limits the agent wrote, as the kernel holds them -------------------------------------
