@@ -222,7 +222,9 @@ def _why_not_pytorchjob(job: dict[str, Any]) -> str | None:
     """A PyTorchJob's pod may move when the job has a single replica (the training operator
     then recreates the evicted pod under the same name, once the old one is gone, like a
     StatefulSet) and nothing turns the eviction into the job's failure. On a real node the
-    evicted pod ends Failed (exit 143) before it is removed, and the operator sees it."""
+    evicted pod ends Failed (exit 143) before it is removed, and the operator sees it; it
+    counts a terminating pod as a failed replica already (tests/manager/test_kubeflow_plane.py
+    shows a ``Never`` job failed by an eviction)."""
     spec = job.get("spec") or {}
     replicas = spec.get("pytorchReplicaSpecs") or {}
     counts = {rtype: (rs or {}).get("replicas", 1) for rtype, rs in replicas.items()}
@@ -234,8 +236,8 @@ def _why_not_pytorchjob(job: dict[str, Any]) -> str | None:
     policy = (replicas[rtype] or {}).get("restartPolicy", "OnFailure")  # the operator's default
     if policy not in PYTORCH_RESTARTS:
         return (f"its PyTorchJob's {rtype} has restartPolicy {policy}: the training operator "
-                "fails the whole job when the evicted pod ends Failed (OnFailure, Always and "
-                "ExitCode recreate it)")
+                "fails the whole job as soon as the evicted pod terminates (OnFailure, Always "
+                "and ExitCode recreate it)")
     limit = (spec.get("runPolicy") or {}).get("backoffLimit")
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         return (f"the eviction would fail its PyTorchJob (runPolicy.backoffLimit {limit}: the "
@@ -250,7 +252,8 @@ def _why_not_jobset(jobset: dict[str, Any]) -> str | None:
     total = 0
     for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or ():
         replicas = (rjob or {}).get("replicas", 1)
-        parallelism = ((rjob or {}).get("template") or {}).get("spec", {}).get("parallelism", 1)
+        template = (rjob or {}).get("template") or {}
+        parallelism = (template.get("spec") or {}).get("parallelism", 1)
         if not isinstance(replicas, int) or not isinstance(parallelism, int):
             return "its JobSet's replicatedJobs are not plain counts"
         total += replicas * parallelism

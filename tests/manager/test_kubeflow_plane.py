@@ -249,3 +249,22 @@ def test_shapes_that_cannot_move_are_answered_stay_with_the_reason_and_an_event(
         line = next((ln for ln in refused.splitlines() if ln.startswith(pod + ":")), "")
         assert "cannot be migrated" in line, refused
     assert "MigrationStarted" not in api.events(ns)
+
+
+def test_why_restart_policy_never_is_refused_the_operator_fails_the_evicted_job(
+    plane: Plane, api: Api, mnodes: list[str], plane_namespace: str, tag: str,
+    kubeflow: Kubeflow,
+) -> None:
+    """The evidence for the refusal (as issue 15's for a Job with ``backoffLimit: 0``): the
+    pod of a PyTorchJob whose Master has ``restartPolicy: Never``, evicted by hand, fails the
+    whole PyTorchJob; the training operator counts the terminating pod as a failed replica."""
+    ns = plane_namespace
+    apply(plane, ns, pytorchjob("pjx", tag, node=mnodes[2], restart="Never"))
+    pod = wait_for("pjx running", lambda: running(api, ns, "pjx-master-"), timeout=90)[0]
+    name = pod["metadata"]["name"]
+    plane.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", "-f",
+                  "-", input=json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
+                                         "metadata": {"name": name, "namespace": ns}}))
+    path = f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/pjx"
+    wait_for("the PyTorchJob Failed", lambda: condition(api.get(path), "Failed"))
+    assert not condition(api.get(path), "Succeeded")
