@@ -12,16 +12,19 @@ best or a crowded source) are those of test_manager_plane.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kubeflowlib import Kubeflow, kubeflow  # noqa: F401  (a fixture)
 from planelib import Plane
 from planemanager import Api, JobStandIn, ManagerProcess, apply, running_on, wait_for
 from test_manager_plane import (  # noqa: F401  (module fixtures, registered here)
+    JOB_PHASES,
     agents_for,
     api,
     assert_resumed_exactly,
@@ -268,3 +271,56 @@ def test_why_restart_policy_never_is_refused_the_operator_fails_the_evicted_job(
     path = f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/pjx"
     wait_for("the PyTorchJob Failed", lambda: condition(api.get(path), "Failed"))
     assert not condition(api.get(path), "Succeeded")
+
+
+@pytest.mark.parametrize("phase", JOB_PHASES)
+def test_killing_the_manager_mid_migration_of_a_pytorchjob_never_loses_or_duplicates_it(
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess, tmp_path: Path, kubeflow: Kubeflow, phase: str,
+) -> None:
+    """As for a Job's pod (test_manager_plane.py): the manager exits (137) right after
+    recording ``phase``; the restarted one finds the record on the PyTorchJob and finishes or
+    rolls back. The job ends moved or left, one live pod, no record left in flight."""
+    ns = plane_namespace
+    manager.start(fault_exit_after_phase=phase)
+    agents = agents_for(manager.url, tokens)
+    set_layout(plane, agents, mnodes, ns, NODE_3_BEST)
+    beat_all(agents)
+    apply(plane, ns, pytorchjob("pk", tag))
+    pod = wait_for("pk running", lambda: running(api, ns, "pk-master-"), timeout=90)[0]
+    assert pod["spec"]["nodeName"] == mnodes[3]
+    name = pod["metadata"]["name"]
+    crowded_source(plane, mnodes, ns, agents)
+    job = JobStandIn(tmp_path / "ckpt-pk", "pk-master-")
+    start_job(api, ns, agents, job, name)
+    job.run_steps(2)
+    beat_all(agents)
+    with contextlib.suppress(httpx.HTTPError, AssertionError):  # it may die answering
+        agents[mnodes[3]].reallocate(ns, name)
+    assert drive(api, ns, agents, [job], lambda _: False, manager=manager) == "manager-exited"
+    assert manager.wait_exit() == 137
+    manager.start()  # no fault this time: it resumes or rolls back from the records
+
+    def settled(_: Any) -> str | None:
+        if job.starts > 1:
+            return "moved"
+        if "MigrationCancelled" in api.events(ns):
+            return "stayed"
+        return None
+
+    outcome = drive(api, ns, agents, [job], settled, manager=manager)
+    alive = live(api.pods(ns), "pk-master-")
+    assert len(alive) == 1, alive
+    if outcome == "moved":
+        assert alive[0]["metadata"]["uid"] == job.uid
+        # placing: the operator recreated the pod while the manager was away and the
+        # scheduler placed it without the extender (ignorable): moved, maybe elsewhere
+        assert job.node == mnodes[1] or phase == "placing"
+        assert_resumed_exactly(job)
+        wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
+    else:
+        assert job.starts == 1 and job.running and alive[0]["spec"]["nodeName"] == mnodes[3]
+    owner = api.get(f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/pk")
+    assert owner is not None and not condition(owner, "Failed")
+    assert "specon.io/migrating" not in (owner["metadata"].get("labels") or {})
+    assert "specon.io/migrating" not in (alive[0]["metadata"].get("labels") or {})
