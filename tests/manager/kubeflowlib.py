@@ -34,6 +34,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,7 +150,7 @@ class Kubeflow:
     plane: Plane
     bin_dir: Path
     workdir: Path
-    tag: str
+    tag: str  # makes this instance's namespace and webhook names unique in the session
     components: dict[str, Component] = field(default_factory=dict)
     webhooks: list[str] = field(default_factory=list)  # kind/name, deleted at stop
 
@@ -298,11 +299,11 @@ def _http_ready(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def kubeflow(plane: Plane, tmp_path_factory: pytest.TempPathFactory, tag: str,
-             ) -> Iterator[Kubeflow]:
+def kubeflow(plane: Plane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubeflow]:
     """Both controllers, started once per test module and stopped at its end (their webhook
     registrations and the operator's namespace removed with them; the CRDs stay)."""
-    kf = Kubeflow(plane, require_bin_dir(), tmp_path_factory.mktemp("kubeflow"), tag)
+    kf = Kubeflow(plane, require_bin_dir(), tmp_path_factory.mktemp("kubeflow"),
+                  uuid.uuid4().hex[:6])
     try:
         kf.start()
     except BaseException:
