@@ -18,7 +18,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from specon_manager.qos_book import QosBook
-from specon_manager.state import MAX_PRIORITY, ClusterState, is_training_pod, reservation_key
+from specon_manager.state import (
+    MAX_PRIORITY,
+    ClusterState,
+    is_training_pod,
+    pod_key,
+    reservation_key,
+)
 
 __all__ = ["MAX_PRIORITY", "BadRequest", "ExtenderArgs", "ExtenderFilterResult", "HostPriority",
            "filter_nodes", "prioritize_nodes"]
@@ -127,8 +133,15 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: s
             qos.observe(pod)
         res = state.reservation(reservation_key(pod))
         if res is not None:
+            meta = pod.get("metadata") or {}
+            # A namesake of the source asking for a node is its replacement, and the source is
+            # gone: names are unique, and the source, bound, is never scheduled again. A
+            # StatefulSet or PyTorchJob recreates the name at once, often before the manager
+            # next looks; waiting for that look left the pod unschedulable for tens of seconds.
+            present = res.source_present and res.pod != pod_key(
+                str(meta.get("namespace") or ""), str(meta.get("name") or ""))
             for n in names:
-                if res.source_present:
+                if present:
                     failed[n] = (f"migration {res.migration_id}: waiting for the pod it replaces "
                                  "to terminate")
                 elif n != res.target:

@@ -168,15 +168,21 @@ def job_path(namespace: str, name: str = "") -> str:
 
 
 #: The controllers whose pods may be migrated, with the API group/version and resource of each
-#: (docs/manager.md, "Which pods move").
+#: (docs/manager.md, "Which pods move"). The migration's record lives on them.
 OWNERS = {"Job": ("batch/v1", "jobs"), "StatefulSet": ("apps/v1", "statefulsets"),
-          "ReplicaSet": ("apps/v1", "replicasets")}
+          "ReplicaSet": ("apps/v1", "replicasets"),
+          "PyTorchJob": ("kubeflow.org/v1", "pytorchjobs")}
+#: The controllers of an owner whose shape decides too (a JobSet's Jobs): read, never written.
+PARENTS = {"JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets")}
+#: Kinds of custom resources: a cluster may lack them (404) or the manager the right to list
+#: them (403), which must not stop it.
+CUSTOM_KINDS = frozenset({"PyTorchJob", "JobSet"})
 
 
 def owner_path(kind: str, namespace: str = "", name: str = "") -> str:
-    """The path of a controller of kind ``kind`` (a key of :data:`OWNERS`); no namespace: the
-    cluster-wide list."""
-    group, resource = OWNERS[kind]
+    """The path of a controller of kind ``kind`` (a key of :data:`OWNERS` or :data:`PARENTS`);
+    no namespace: the cluster-wide list."""
+    group, resource = OWNERS[kind] if kind in OWNERS else PARENTS[kind]
     base = f"/apis/{group}" + (f"/namespaces/{namespace}" if namespace else "") + f"/{resource}"
     return f"{base}/{name}" if name else base
 

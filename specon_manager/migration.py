@@ -10,11 +10,13 @@ rolls back each migration in flight. Phases::
                      \\-> cancelled (timeout, pod ended, eviction refused): the job stays.
 
 Safety rules: only Running pods labelled ``specon.io/migratable=true``, either bare or owned by
-a Job with ``podReplacementPolicy: Failed`` (so no second pod starts while the first one
-terminates); nothing is evicted before the job's checkpoint answers this migration's request;
-a bare pod's replacement is created (with a scheduling gate, so it cannot run, and pinned to
-the target by node affinity, so it lands there even while the extender is away) before the
-pod is evicted, and ungated only once the pod is gone; never a cordoned target; one migration
+an owner that never starts a second pod while the first one terminates and that the eviction
+cannot fail (a Job with ``podReplacementPolicy: Failed``, also in a single-pod JobSet; a
+single-replica StatefulSet, PyTorchJob or, on request, ReplicaSet: ``why_not_movable``);
+nothing is evicted before the job's checkpoint answers this migration's request; a bare
+pod's replacement is created (with a scheduling gate, so it cannot run, and pinned to the
+target by node affinity, so it lands there even while the extender is away) before the pod is
+evicted, and ungated only once the pod is gone; never a cordoned target; one migration
 per node at a time; a global rate limit; a job is migrated at most once (and rebalanced at
 most once). docs/manager.md walks through the phases and what a restart does in each.
 """
@@ -41,7 +43,9 @@ from specon.core.scoring import WorkerView, decide_reallocation
 from specon.quantity import millicores, parse_cpu
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
 from specon_manager.kube import (
+    CUSTOM_KINDS,
     OWNERS,
+    PARENTS,
     Kube,
     KubeError,
     annotations_of,
@@ -128,11 +132,13 @@ def is_ending(why: str | None) -> bool:
 
 
 def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str,
-                    replicasets: bool = False) -> str | None:
+                    replicasets: bool = False, parent: dict[str, Any] | None = None,
+                    ) -> str | None:
     """None when this pod may be migrated, else why not (a sentence for events and replies;
     :func:`is_ending` when the pod is going away). ``job`` is the pod's controller (a Job,
-    StatefulSet or ReplicaSet) when it has one; ``replicasets``: ReplicaSet pods may move
-    (only with a non-ignorable extender)."""
+    StatefulSet, ReplicaSet or PyTorchJob) when it has one, ``parent`` that controller's own
+    (:func:`parent_of`: a Job's JobSet); ``replicasets``: ReplicaSet pods may move (only with
+    a non-ignorable extender)."""
     md = meta(pod)
     if md.get("deletionTimestamp"):
         return ENDING[0]
@@ -146,13 +152,25 @@ def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str
         kind = ref.get("kind")
         if kind not in OWNERS:
             return (f"the pod is owned by a {kind}, which the manager cannot rely on (it moves "
-                    "bare pods and pods of a Job, a StatefulSet or a ReplicaSet)")
+                    "bare pods and pods of a Job, a JobSet, a StatefulSet, a ReplicaSet or a "
+                    "PyTorchJob)")
         if job is None:
             return f"the pod's {kind} is gone"
-        why = _why_not_job(job) if kind == "Job" else _why_not_replicated(job, kind,
-                                                                           replicasets)
+        if kind == "Job":
+            why = _why_not_job(job)
+        elif kind == "PyTorchJob":
+            why = _why_not_pytorchjob(job)
+        else:
+            why = _why_not_replicated(job, kind, replicasets)
         if why is not None:
             return why
+        above = controller_ref(job)
+        if above is not None and above.get("kind") in PARENTS:
+            if parent is None:
+                return f"the pod's {above['kind']} is gone"
+            why = _why_not_jobset(parent)
+            if why is not None:
+                return why
         holder = job
     marker = A_REBALANCED if reason == "rebalance" else A_MIGRATED
     if reason != "progress" and annotations_of(holder).get(marker):
@@ -193,6 +211,58 @@ def _why_not_replicated(owner: dict[str, Any], kind: str, replicasets: bool) -> 
     return None
 
 
+#: What the Kubeflow Training Operator does with a replica's Failed pod, by the replica's
+#: restartPolicy (v1.8.1, pkg/controller.v1/common/pod.go ``ReconcilePods``): OnFailure and
+#: Always delete it and recreate the same name; ExitCode does so for an exit code of 128 or
+#: more (SIGTERM's 143: the training contract's exit), and fails the job for any other.
+PYTORCH_RESTARTS = ("OnFailure", "Always", "ExitCode")
+
+
+def _why_not_pytorchjob(job: dict[str, Any]) -> str | None:
+    """A PyTorchJob's pod may move when the job has a single replica (the training operator
+    then recreates the evicted pod under the same name, once the old one is gone, like a
+    StatefulSet) and nothing turns the eviction into the job's failure. On a real node the
+    evicted pod ends Failed (exit 143) before it is removed, and the operator sees it; it
+    counts a terminating pod as a failed replica already (tests/manager/test_kubeflow_plane.py
+    shows a ``Never`` job failed by an eviction)."""
+    spec = job.get("spec") or {}
+    replicas = spec.get("pytorchReplicaSpecs") or {}
+    counts = {rtype: (rs or {}).get("replicas", 1) for rtype, rs in replicas.items()}
+    if not all(isinstance(n, int) for n in counts.values()) or sum(counts.values()) != 1:
+        shape = ", ".join(f"{n} {rtype}" for rtype, n in counts.items()) or "no replicas"
+        return (f"its PyTorchJob has {shape}: its replicas train together (one rendezvous), so "
+                "moving one would stop the others; only single-replica PyTorchJobs are moved")
+    rtype = next(rt for rt, n in counts.items() if n == 1)
+    policy = (replicas[rtype] or {}).get("restartPolicy", "OnFailure")  # the operator's default
+    if policy not in PYTORCH_RESTARTS:
+        return (f"its PyTorchJob's {rtype} has restartPolicy {policy}: the training operator "
+                "fails the whole job as soon as the evicted pod terminates (OnFailure, Always "
+                "and ExitCode recreate it)")
+    limit = (spec.get("runPolicy") or {}).get("backoffLimit")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        return (f"the eviction would fail its PyTorchJob (runPolicy.backoffLimit {limit}: the "
+                "training operator counts the evicted pod's failure as a retry past it)")
+    return None
+
+
+def _why_not_jobset(jobset: dict[str, Any]) -> str | None:
+    """A JobSet's pod moves through its Job (the Job's own rules hold, so the Job does not
+    fail and the JobSet's failurePolicy, which acts only on a failed Job, never restarts the
+    set); the set must run a single pod, since its pods train together."""
+    total = 0
+    for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or ():
+        replicas = (rjob or {}).get("replicas", 1)
+        template = (rjob or {}).get("template") or {}
+        parallelism = (template.get("spec") or {}).get("parallelism", 1)
+        if not isinstance(replicas, int) or not isinstance(parallelism, int):
+            return "its JobSet's replicatedJobs are not plain counts"
+        total += replicas * parallelism
+    if total != 1:
+        return (f"its JobSet runs {total} pods, which train together (moving one would stop "
+                "the others); only single-pod JobSets are moved")
+    return None
+
+
 def with_cpu_limit(spec: dict[str, Any], container: str, cores: float) -> None:
     """Set ``container``'s CPU limit in a pod spec (in place), and lower its CPU request to it
     when above (the API refuses a request over the limit)."""
@@ -218,6 +288,19 @@ def owner_of(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:
     if ref is None or ref.get("kind") not in OWNERS:
         return None
     obj = kube.get(owner_path(ref["kind"], meta(pod)["namespace"], ref["name"]))
+    if obj is None or meta(obj).get("uid") != ref.get("uid"):
+        return None
+    obj.setdefault("kind", ref["kind"])
+    return obj
+
+
+def parent_of(kube: Kube, owner: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The controller of the pod's owner when its shape decides too (:data:`PARENTS`: a Job's
+    JobSet) and it is still the one the owner names; else None."""
+    ref = controller_ref(owner) if owner is not None else None
+    if owner is None or ref is None or ref.get("kind") not in PARENTS:
+        return None
+    obj = kube.get(owner_path(ref["kind"], meta(owner)["namespace"], ref["name"]))
     if obj is None or meta(obj).get("uid") != ref.get("uid"):
         return None
     obj.setdefault("kind", ref["kind"])
@@ -390,7 +473,8 @@ class MigrationController:
             md = meta(pod)
             ns, name = md["namespace"], md["name"]
             job = self._job_of(pod)
-            why = why_not_movable(pod, job, reason, self.settings.migrate_replicaset_pods)
+            why = why_not_movable(pod, job, reason, self.settings.migrate_replicaset_pods,
+                                  parent_of(self.kube, job))
             if is_ending(why):
                 return ReallocationReply(decision="refused", reason=str(why))
             if why is not None and "already" in why:
@@ -405,6 +489,10 @@ class MigrationController:
                 d = decide_reallocation((), self.state.weights, source, movable=False)
                 log.info("%s/%s stays where it is: %s", ns, name, why)
                 assert d.decision == "stay"
+                if labels_of(pod).get(LABEL_MIGRATABLE) == "true":
+                    # It asked to be movable and its owner's shape says no: tell its user.
+                    self._event(pod, "MigrationRefused", f"{name} cannot be migrated: {why}",
+                                warning=True)
                 return ReallocationReply(decision="stay", target=source, migrated=d.migrated,
                                          reason=why)
             if any(m.namespace == ns and m.pod == name for m in self._migrations.values()):
@@ -826,7 +914,15 @@ class MigrationController:
             found: dict[str, Migration] = {}
             objs = self.kube.list("/api/v1/pods", labelSelector=f"{L_MIGRATING}=true")
             for kind in OWNERS:
-                objs += self.kube.list(owner_path(kind), labelSelector=f"{L_MIGRATING}=true")
+                try:
+                    objs += self.kube.list(owner_path(kind),
+                                           labelSelector=f"{L_MIGRATING}=true")
+                except KubeError as exc:
+                    # A custom resource this cluster lacks (404), or that the manager may not
+                    # list (403): no migration of its pods can be in flight that it started.
+                    if kind not in CUSTOM_KINDS or exc.status not in (403, 404):
+                        raise
+                    log.warning("not restoring %s migrations: %s", kind, exc)
             for obj in objs:
                 m = Migration.from_record(annotations_of(obj).get(A_MIGRATION, ""))
                 if m is None or m.phase in ("done", "cancelled"):

@@ -14,7 +14,7 @@ from specon.core.qos_rules import migration_hold
 from specon.wire import LABEL_MIGRATABLE
 from specon_manager.kube import Kube, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics
-from specon_manager.migration import MigrationController, why_not_movable
+from specon_manager.migration import MigrationController, parent_of, why_not_movable
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState, pod_key
 
@@ -52,7 +52,8 @@ class MovePlanner:
                 continue
             ref = controller_ref(pod)
             job = jobs.get(f"{rep.namespace}/{ref.get('name')}") if ref else None
-            if why_not_movable(pod, job, REASON) is None and not migration_hold(
+            if why_not_movable(pod, job, REASON, parent=parent_of(self.controller.kube, job)
+                               ) is None and not migration_hold(
                     rep.qos, rep.slack_s, self.settings.migration_cost_s):
                 movable.add(key)
         busy = frozenset(self.controller.busy_nodes())

@@ -26,6 +26,7 @@ from specon_manager.migration import (
     A_REBALANCED,
     MigrationController,
     owner_of,
+    parent_of,
     why_not_movable,
 )
 from specon_manager.settings import ManagerSettings
@@ -91,6 +92,7 @@ class Rebalancer:
         pods = {pod_key(meta(p)["namespace"], meta(p)["name"]): p for p in self.kube.list(
             "/api/v1/pods", labelSelector=f"{LABEL_MIGRATABLE}=true")}
         owners: dict[str, dict[str, Any] | None] = {}  # per owned pod: its controller
+        parents: dict[str, dict[str, Any] | None] = {}  # and that one's (a Job's JobSet)
         if self._settling(reported, pods, now):
             return []
         placed: list[PlacedJob] = []
@@ -111,8 +113,11 @@ class Rebalancer:
                     at = float(marks[A_MIGRATED_AT])
             except ValueError:
                 pass
+            if job is not None and key not in parents:
+                parents[key] = parent_of(self.kube, job)
             movable = pod is not None and why_not_movable(
-                pod, job, "rebalance", self.settings.migrate_replicaset_pods) is None
+                pod, job, "rebalance", self.settings.migrate_replicaset_pods,
+                parents.get(key)) is None
             # An at-risk job, or one with less slack than a move costs, stays where it is.
             if movable and migration_hold(j.qos, j.slack_s, self.settings.migration_cost_s):
                 movable = False

@@ -271,6 +271,35 @@ def test_rbac_allows_each_components_verbs_and_refuses_others(
         assert not can_i(installed, component, *verb), f"{component} may {verb}"
 
 
+def may(install: Install, component: str, verb: str, group: str, resource: str,
+        namespace: str = "") -> bool:
+    """A SelfSubjectAccessReview as ``component``: unlike ``kubectl auth can-i``, it needs no
+    CRD installed to ask about a custom resource (can-i asks about the literal name then)."""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": {"verb": verb, "group": group,
+                                              "resource": resource, "namespace": namespace}}}
+    res = install.plane.kubectl("create", "--validate=false", "-f", "-", "-o",
+                                "jsonpath={.status.allowed}",
+                                input=json.dumps(review),
+                                kubeconfig=install.kubeconfig_as(component))
+    return res.stdout.strip() == "true"
+
+
+def test_the_manager_reads_kubeflow_owners_and_records_only_on_pytorchjobs(
+        installed: Install) -> None:
+    """PyTorchJobs hold a migration's record (patched only in the training namespaces);
+    a JobSet is only read (the record is on its Job)."""
+    ns, other = installed.namespace, installed.other
+    kf, js = ("kubeflow.org", "pytorchjobs"), ("jobset.x-k8s.io", "jobsets")
+    assert may(installed, "manager", "list", *kf)
+    assert may(installed, "manager", "get", *js)
+    assert may(installed, "manager", "patch", *kf, ns)
+    assert not may(installed, "manager", "patch", *kf, other)
+    assert not may(installed, "manager", "patch", *js, ns)
+    assert not may(installed, "manager", "list", *js)
+    assert not may(installed, "agent", "get", *kf)
+
+
 def _pinned(name: str, node: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {"nodeName": node, "containers": [{

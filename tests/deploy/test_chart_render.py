@@ -314,7 +314,7 @@ def test_pod_writes_are_bound_only_in_the_training_namespaces(
     objs = docs(render(plane_bin, home, {"manager.trainingNamespaces": ["team-a", "team-b"]}))
     writer = one(objs, "ClusterRole", "specon-manager-writer")
     assert {r for rule in writer["rules"] for r in rule["resources"]} == {
-        "pods", "pods/eviction", "jobs", "statefulsets", "replicasets", "events"}
+        "pods", "pods/eviction", "jobs", "statefulsets", "replicasets", "pytorchjobs", "events"}
     bound = [b for b in find(objs, "RoleBinding") if b["roleRef"]["name"] == writer[
         "metadata"]["name"]]
     assert sorted(b["metadata"]["namespace"] for b in bound) == ["team-a", "team-b"]
@@ -326,6 +326,24 @@ def test_pod_writes_are_bound_only_in_the_training_namespaces(
         assert set(rule["verbs"]) <= {"get", "list"} or rule["resources"] == ["tokenreviews"]
     objs = docs(render(plane_bin, home, {"manager.trainingNamespaces": ["*"]}))
     assert one(objs, "ClusterRoleBinding", "specon-manager-writer")
+
+
+def test_the_manager_reads_and_records_on_the_kubeflow_owners(
+        plane_bin: Path, home: Path) -> None:
+    """PyTorchJobs hold a migration's record (get, list, patch where it writes); a JobSet is
+    only read (its Job holds the record), never listed or written."""
+    objs = docs(render(plane_bin, home, {"manager.trainingNamespaces": ["team-a"]}))
+
+    def verbs(role: dict[str, Any], group: str, resource: str) -> set[str]:
+        return {v for rule in role["rules"] if group in rule["apiGroups"]
+                and resource in rule["resources"] for v in rule["verbs"]}
+
+    wide = one(objs, "ClusterRole", "specon-manager")
+    writer = one(objs, "ClusterRole", "specon-manager-writer")
+    assert verbs(wide, "kubeflow.org", "pytorchjobs") == {"get", "list"}
+    assert verbs(writer, "kubeflow.org", "pytorchjobs") == {"patch"}
+    assert verbs(wide, "jobset.x-k8s.io", "jobsets") == {"get"}
+    assert verbs(writer, "jobset.x-k8s.io", "jobsets") == set()
 
 
 def test_dashboards_and_service_monitor_are_optional(plane_bin: Path, home: Path) -> None:

@@ -180,6 +180,29 @@ def test_reserved_replacement_waits_for_its_source_then_goes_only_to_the_target(
     assert scores["node-3"] < scores["node-2"]
 
 
+def test_a_namesake_of_the_source_is_its_replacement_and_goes_to_the_target_at_once(
+    manager: Any
+) -> None:
+    """A StatefulSet or PyTorchJob recreates the evicted pod under its name as soon as it is
+    gone: a pod of that name asking for a node proves the source is gone (names are unique,
+    the bound source is never scheduled again), before the manager has looked."""
+    url, state = manager
+    send_worked_example(url)
+    owner = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "pj",
+              "uid": "pj-uid", "controller": True}]
+    state.reserve(Reservation("job/pj-uid", "m1", "node-3", "node-4",
+                              pod="default/pj-master-0"))
+    same = training_pod("pj-master-0", ownerReferences=owner)
+    r = httpx.post(f"{url}/filter", json={"Pod": same, "NodeNames": NODES})
+    assert r.json()["NodeNames"] == ["node-3"]
+    assert "reserved for node node-3" in r.json()["FailedNodes"]["node-1"]
+    # another pod of the same owner still waits for the source
+    other = training_pod("pj-worker-0", ownerReferences=owner)
+    r = httpx.post(f"{url}/filter", json={"Pod": other, "NodeNames": NODES})
+    assert r.json()["NodeNames"] == []
+    assert all("waiting for the pod it replaces" in v for v in r.json()["FailedNodes"].values())
+
+
 @pytest.mark.parametrize("body", [
     {"NodeNames": ["a"]},
     {"Pod": "x", "NodeNames": ["a"]},

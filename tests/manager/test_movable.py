@@ -174,3 +174,99 @@ def test_a_copy_gets_the_owners_cpu_limit_back() -> None:
     with_cpu_limit(spec, "main", 0.25)
     assert spec["containers"][0]["resources"] == {"limits": {"cpu": "250m"},
                                                   "requests": {"cpu": "250m"}}
+
+
+# -- Kubeflow PyTorchJob and JobSet (issue 18) ------------------------------------------------
+def pytorchjob(restart: str | None = "OnFailure", backoff: Any = None,
+               **replicas: Any) -> dict[str, Any]:
+    """A PyTorchJob with these replica counts (default: one Master)."""
+    specs = {rtype: {"replicas": n, "template": {}} for rtype, n in (
+        replicas or {"Master": 1}).items()}
+    for rs in specs.values():
+        if restart is not None:
+            rs["restartPolicy"] = restart
+    spec: dict[str, Any] = {"pytorchReplicaSpecs": specs}
+    if backoff is not None:
+        spec["runPolicy"] = {"backoffLimit": backoff}
+    return {"kind": "PyTorchJob", "metadata": {"name": "o", "namespace": "n", "uid": "ou"},
+            "spec": spec}
+
+
+@pytest.mark.parametrize(("owner_obj", "expect"), [
+    (pytorchjob(), None),
+    (pytorchjob(restart=None), None),  # the operator's default restartPolicy: OnFailure
+    (pytorchjob("Always"), None),
+    (pytorchjob("ExitCode"), None),  # SIGTERM's exit 143 is retryable (>= 128)
+    (pytorchjob(Worker=1), None),  # a single Worker, no Master
+    (pytorchjob(backoff=3), None),
+    (pytorchjob("Never"), "restartPolicy Never"),
+    (pytorchjob("Bogus"), "restartPolicy Bogus"),
+    (pytorchjob(Master=1, Worker=1), "1 Master, 1 Worker"),
+    (pytorchjob(Master=2), "2 Master"),
+    (pytorchjob(Master="1"), "train together"),  # not a number: not trusted
+    (pytorchjob(backoff=0), "runPolicy.backoffLimit 0"),
+])
+def test_a_pytorchjob_pod_moves_only_when_single_replica_and_recreated(
+    owner_obj: dict[str, Any], expect: str | None,
+) -> None:
+    why = why_not_movable(owned_by("PyTorchJob"), owner_obj, "converged")
+    assert why is None if expect is None else (why is not None and expect in why), why
+
+
+def test_a_pytorchjob_with_no_replica_specs_is_refused() -> None:
+    why = why_not_movable(owned_by("PyTorchJob"), pytorchjob(Master=0), "converged")
+    assert why is not None and "single-replica" in why
+
+
+def jobset_job(**spec: Any) -> dict[str, Any]:
+    j = job(**spec)
+    j["kind"] = "Job"
+    j["metadata"]["ownerReferences"] = [{"kind": "JobSet", "name": "s", "uid": "su",
+                                         "controller": True}]
+    return j
+
+
+def jobset(*rjobs: tuple[int, int]) -> dict[str, Any]:
+    """A JobSet with these replicatedJobs as (replicas, parallelism)."""
+    return {"kind": "JobSet", "metadata": {"name": "s", "namespace": "n", "uid": "su"},
+            "spec": {"replicatedJobs": [
+                {"name": f"r{i}", "replicas": r,
+                 "template": {"spec": {"parallelism": p, "podReplacementPolicy": "Failed"}}}
+                for i, (r, p) in enumerate(rjobs)]}}
+
+
+@pytest.mark.parametrize(("parent", "spec", "expect"), [
+    (jobset((1, 1)), {"podFailurePolicy": IGNORE, "backoffLimit": 0}, None),
+    (jobset((1, 1)), {}, None),  # a retry left: the Job does not fail, so neither the set
+    (jobset((1, 1)), {"backoffLimit": 0}, "would fail its Job"),
+    (jobset((2, 1)), {"podFailurePolicy": IGNORE}, "runs 2 pods"),
+    (jobset((1, 2)), {"podFailurePolicy": IGNORE}, "runs 2 pods"),
+    (jobset((1, 1), (1, 1)), {"podFailurePolicy": IGNORE}, "runs 2 pods"),
+    (None, {"podFailurePolicy": IGNORE}, "the pod's JobSet is gone"),
+])
+def test_a_jobset_pod_moves_through_its_job_when_the_set_runs_one_pod(
+    parent: dict[str, Any] | None, spec: dict[str, Any], expect: str | None,
+) -> None:
+    why = why_not_movable(pod(), jobset_job(**spec), "converged", parent=parent)
+    assert why is None if expect is None else (why is not None and expect in why), why
+
+
+def test_a_job_of_another_controller_keeps_the_job_rules_alone() -> None:
+    """A CronJob's Job (a controller SpeCon does not read) moves by the Job's rules."""
+    j = job(podFailurePolicy=IGNORE)
+    j["metadata"]["ownerReferences"] = [{"kind": "CronJob", "name": "c", "uid": "cu",
+                                         "controller": True}]
+    assert why_not_movable(pod(), j, "converged") is None
+
+
+def test_a_refused_opted_in_pod_gets_an_event_with_the_reason() -> None:
+    """An opted-in pod whose owner's shape cannot move: answered stay (marked, so its agent
+    stops asking), nothing written to the pod, one MigrationRefused event saying why."""
+    p = pod()
+    p["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "d", "uid": "du",
+                                         "controller": True}]
+    p["spec"] = {"nodeName": "node-1"}
+    reply, kube = _start(p)
+    assert (reply.decision, reply.migrated) == ("stay", True)
+    assert "owned by a DaemonSet" in reply.reason
+    assert kube.writes == ["/api/v1/namespaces/n/events"]
