@@ -1,0 +1,267 @@
+"""Kueue alongside SpeCon (issue 18), on the real plane with the real Kueue controller
+(kueuelib.py): Kueue admits a batch/v1 Job against a ClusterQueue's quota, SpeCon's scheduler
+places its pod, SpeCon migrates it once by checkpoint and restore, and Kueue's accounting holds
+throughout: the Workload stays Admitted, the quota stays charged once, and is released when the
+Job completes. docs/user-guide.md ("Kueue alongside SpeCon") documents the configuration."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kueuelib import API, Kueue, kueue_bin
+from planelib import Plane, free_port
+from planemanager import Api, JobStandIn, ManagerProcess, apply, scheduler_config, wait_for
+from test_manager_plane import (
+    SCHED,
+    agents_for,
+    assert_resumed_exactly,
+    beat_all,
+    crowded_source,
+    drive,
+    live,
+    set_layout,
+    start_job,
+    train_job,
+)
+
+from specon.quantity import parse_cpu
+
+pytestmark = pytest.mark.plane
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: The ResourceFlavor's node label: Kueue adds it to the Job's pod template at admission.
+FLAVOR_LABEL = "specon-test/kueue-flavor"
+KUEUE = "/apis/" + API
+
+
+@pytest.fixture(scope="module")
+def tag() -> str:
+    return f"q{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module")
+def qnodes(plane: Plane, tag: str) -> list[str]:
+    return plane.add_nodes(4, prefix=tag, labels={"specon-test": tag, FLAVOR_LABEL: tag})
+
+
+@pytest.fixture(scope="module")
+def tokens(qnodes: list[str]) -> dict[str, str]:
+    return {f"tok-{uuid.uuid4().hex}": n for n in qnodes}
+
+
+@pytest.fixture(scope="module")
+def ext_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def api(plane: Plane) -> Iterator[Api]:
+    client = Api(plane)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def scheduler(plane: Plane, ext_port: int) -> Iterator[None]:
+    plane.run_scheduler(SCHED, extenders=scheduler_config(ext_port, True))
+    yield
+    plane.stop_scheduler(SCHED)
+
+
+@pytest.fixture(scope="module")
+def kueue(plane: Plane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kueue]:
+    k = Kueue(plane, kueue_bin(), tmp_path_factory.mktemp("kueue"))
+    try:
+        k.start()
+        yield k
+    finally:
+        # Its webhooks fail closed (failurePolicy: Fail): they go before the controller, or
+        # every later Job in the session's plane would be refused.
+        for kind in ("mutating", "validating"):
+            plane.kubectl("delete", f"{kind}webhookconfiguration",
+                          f"kueue-{kind}-webhook-configuration", "--ignore-not-found",
+                          check=False)
+        k.stop()
+
+
+@pytest.fixture
+def manager(plane: Plane, tokens: dict[str, str], ext_port: int, tmp_path: Path,
+            scheduler: None) -> Iterator[ManagerProcess]:
+    mp = ManagerProcess(plane, tmp_path, tokens, port=ext_port)
+    yield mp
+    mp.kill()
+
+
+def conditions(obj: dict[str, Any] | None) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get(
+        "conditions") or ()}
+
+
+def usage(cq: dict[str, Any] | None, flavor: str) -> float:
+    """The ClusterQueue's CPU in use (admitted workloads) in ``flavor``, in cores."""
+    for f in ((cq or {}).get("status") or {}).get("flavorsUsage") or ():
+        if f["name"] == flavor:
+            for r in f.get("resources") or ():
+                if r["name"] == "cpu":
+                    return parse_cpu(r["total"])
+    return 0.0
+
+
+def queues(tag: str, ns: str) -> tuple[str, str, str, list[dict[str, Any]]]:
+    """A ResourceFlavor (nodes labelled ``FLAVOR_LABEL=tag``), a ClusterQueue with 1 CPU of
+    it, a LocalQueue in ``ns`` feeding it: (flavor, cluster queue, local queue, objects)."""
+    flavor, cq, lq = f"{tag}-flavor", f"{tag}-cq", "training"
+    objs = [
+        {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": flavor},
+         "spec": {"nodeLabels": {FLAVOR_LABEL: tag}}},
+        {"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": cq},
+         "spec": {"namespaceSelector": {}, "resourceGroups": [{
+             "coveredResources": ["cpu"],
+             "flavors": [{"name": flavor, "resources": [{"name": "cpu",
+                                                          "nominalQuota": "1"}]}]}]}},
+        {"apiVersion": API, "kind": "LocalQueue", "metadata": {"name": lq, "namespace": ns},
+         "spec": {"clusterQueue": cq}},
+    ]
+    return flavor, cq, lq, objs
+
+
+def kueue_job(name: str, tag: str, queue: str) -> dict[str, Any]:
+    """The Job of docs/user-guide.md ("Kueue alongside SpeCon"): SpeCon's scheduler and opt-in
+    labels in the template (train_job), Kueue's queue label, created suspended, an eviction
+    ignored by the Job (it never counts against backoffLimit)."""
+    job = train_job(name, tag)
+    job["metadata"]["labels"] = {QUEUE_LABEL: queue}
+    job["spec"]["suspend"] = True
+    job["spec"]["podFailurePolicy"] = {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    return job
+
+
+def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_its_quota(
+    plane: Plane, api: Api, qnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, kueue: Kueue, manager: ManagerProcess, tmp_path: Path,
+) -> None:
+    ns = plane_namespace
+    flavor, cq, lq, objs = queues(tag, ns)
+    print(f"kueue log: {kueue.log}")
+    try:
+        for obj in objs:
+            apply(plane, ns, obj)
+        manager.start()
+        agents = agents_for(manager.url, tokens)
+        # node 3 the best place, so the Job's pod lands there
+        set_layout(plane, agents, qnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
+        beat_all(agents)
+        apply(plane, ns, kueue_job("kq", tag, lq))
+        jobobj = api.job(ns, "kq")
+        assert jobobj is not None
+        job_uid = jobobj["metadata"]["uid"]
+
+        def workload() -> dict[str, Any] | None:
+            items = (api.get(f"{KUEUE}/namespaces/{ns}/workloads") or {}).get("items") or []
+            mine = [w for w in items if any(r.get("uid") == job_uid for r in
+                                            w["metadata"].get("ownerReferences") or ())]
+            assert len(mine) <= 1, [w["metadata"]["name"] for w in mine]
+            return mine[0] if mine else None
+
+        def cluster_queue() -> dict[str, Any] | None:
+            return api.get(f"{KUEUE}/clusterqueues/{cq}")
+
+        admitted = wait_for("the Workload admitted", lambda: (
+            (w := workload()) is not None and conditions(w).get("Admitted") == "True" and w))
+        wl_name, wl_uid = admitted["metadata"]["name"], admitted["metadata"]["uid"]
+        admitted_at = next(c["lastTransitionTime"] for c in admitted["status"]["conditions"]
+                           if c["type"] == "Admitted")
+        assignment = admitted["status"]["admission"]["podSetAssignments"][0]
+        assert admitted["status"]["admission"]["clusterQueue"] == cq
+        assert assignment["flavors"] == {"cpu": flavor}
+        assert parse_cpu(assignment["resourceUsage"]["cpu"]) == pytest.approx(0.1)
+
+        first = wait_for("the Job's pod running", lambda: [
+            p for p in live(api.pods(ns), "kq-") if p["status"].get("phase") == "Running"])[0]
+        # Placed by SpeCon's scheduler and extender, where the test made it best; Kueue's
+        # flavor pinned it to the flavor's nodes (all four) and gated nothing.
+        assert first["spec"]["schedulerName"] == SCHED
+        assert first["spec"]["nodeName"] == qnodes[3]
+        assert first["spec"]["nodeSelector"][FLAVOR_LABEL] == tag
+        assert not first["spec"].get("schedulingGates")
+        # The ClusterQueue's status follows the admission shortly after.
+        wait_for("the quota charged", lambda: usage(cluster_queue(), flavor) == pytest.approx(
+            0.1) and (cluster_queue() or {})["status"].get("admittedWorkloads") == 1)
+        name = first["metadata"]["name"]
+
+        crowded_source(plane, qnodes, ns, agents)
+        job = JobStandIn(tmp_path / "ckpt-kq", "kq-")
+        start_job(api, ns, agents, job, name)
+        job.run_steps(3)
+        beat_all(agents)
+        reply = agents[qnodes[3]].reallocate(ns, name)
+        assert reply["decision"] == "migrate" and reply["target"] == qnodes[1], reply
+
+        # At every tick of the move (drive also asserts one live pod at most): the Workload
+        # is the same one, still Admitted, never evicted or requeued, and the quota is
+        # charged exactly once; no pod of the Job is gated.
+        seen: list[tuple[str, str, float]] = []
+
+        def kueue_holds(pods: list[dict[str, Any]]) -> bool:
+            w = workload()
+            assert w is not None and w["metadata"]["uid"] == wl_uid
+            conds = conditions(w)
+            assert conds.get("Admitted") == "True" and conds.get("Evicted") != "True", conds
+            assert not (w.get("status") or {}).get("requeueState")
+            used = usage(cluster_queue(), flavor)
+            assert used == pytest.approx(0.1), used
+            gated = [p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(
+                "kq-") and p["spec"].get("schedulingGates")]
+            assert not gated, gated
+            seen.append((w["metadata"]["name"], conds["Admitted"], used))
+            return job.starts > 1
+
+        drive(api, ns, agents, [job], kueue_holds)
+        assert len(seen) > 3  # watched through the move, not once at the end
+        assert job.node == qnodes[1] and job.pod != name
+        assert_resumed_exactly(job)  # and it goes on training on the target
+        rep = api.pod(ns, job.pod)
+        assert rep is not None and rep["metadata"]["ownerReferences"][0]["uid"] == job_uid
+        assert rep["spec"]["nodeSelector"][FLAVOR_LABEL] == tag
+        saved = job.saved()
+        jobobj = api.job(ns, "kq")
+        assert jobobj is not None and saved is not None
+        assert jobobj["metadata"]["annotations"]["specon.io/migrated"] == saved["request"]
+        assert not jobobj["spec"]["suspend"]
+        assert (jobobj.get("status") or {}).get("failed", 0) == 0  # the eviction was ignored
+        wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
+        w = workload()
+        assert w is not None and w["metadata"]["name"] == wl_name
+        assert next(c["lastTransitionTime"] for c in w["status"]["conditions"]
+                    if c["type"] == "Admitted") == admitted_at  # never re-admitted
+        after = cluster_queue()
+        assert usage(after, flavor) == pytest.approx(0.1)
+        assert (after or {})["status"]["admittedWorkloads"] == 1
+
+        # The job finishes on the target: the Job completes, Kueue finishes the Workload and
+        # gives the quota back.
+        before = job.step
+        job.run_steps(5)
+        assert job.step == before + 5
+        plane.complete_pod(ns, job.pod)
+        wait_for("the Job complete", lambda: conditions(api.job(ns, "kq")).get(
+            "Complete") == "True")
+        wait_for("the Workload finished", lambda: conditions(workload()).get(
+            "Finished") == "True")
+        wait_for("the quota released", lambda: usage(cluster_queue(), flavor) == 0.0 and (
+            cluster_queue() or {})["status"]["admittedWorkloads"] == 0)
+    except BaseException:
+        print(f"--- kueue (last lines) ---\n{kueue.tail(80)}")
+        raise
+    finally:
+        plane.kubectl("delete", "-n", ns, "job", "kq", "--ignore-not-found", "--wait=false",
+                      check=False)
+        plane.kubectl("delete", "clusterqueue", cq, "--ignore-not-found", "--wait=false",
+                      check=False)
+        plane.kubectl("delete", "resourceflavor", flavor, "--ignore-not-found",
+                      "--wait=false", check=False)
