@@ -6,6 +6,7 @@ Job completes. docs/user-guide.md ("Kueue alongside SpeCon") documents the confi
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,6 +157,12 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
         # node 3 the best place, so the Job's pod lands there
         set_layout(plane, agents, qnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
         beat_all(agents)
+        # Kueue's mutating webhook is in the path: it suspends a queued Job created running.
+        unsuspended = kueue_job("kq", tag, lq)
+        unsuspended["spec"]["suspend"] = False
+        dry = json.loads(plane.kubectl("create", "-n", ns, "--dry-run=server", "-o", "json",
+                                       "-f", "-", input=json.dumps(unsuspended)).stdout)
+        assert dry["spec"]["suspend"] is True
         apply(plane, ns, kueue_job("kq", tag, lq))
         jobobj = api.job(ns, "kq")
         assert jobobj is not None
@@ -194,6 +201,12 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
             0.1) and (cluster_queue() or {})["status"].get("admittedWorkloads") == 1)
         name = first["metadata"]["name"]
 
+        # Kueue's validating webhook is in the path too: a running Job may not change queue
+        # (what the manager patches on the Job during a move, its own labels and
+        # annotations, passes the same webhook).
+        moved = plane.kubectl("label", "-n", ns, "job/kq", f"{QUEUE_LABEL}=elsewhere",
+                              "--overwrite", "--dry-run=server", check=False)
+        assert moved.returncode != 0 and '"vjob.kb.io" denied' in moved.stderr, moved
         crowded_source(plane, qnodes, ns, agents)
         job = JobStandIn(tmp_path / "ckpt-kq", "kq-")
         start_job(api, ns, agents, job, name)
