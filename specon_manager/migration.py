@@ -252,6 +252,50 @@ def ignores_disruption(policy: Any) -> bool:
     return False
 
 
+def _matches(req: dict[str, Any], value: str | None) -> bool:
+    """One node selector requirement (``key``, ``operator``, ``values``) against the node's
+    value for its key (None: the node has no such label)."""
+    op, values = req.get("operator"), [str(v) for v in req.get("values") or ()]
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def fits(spec: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether a pod with this spec may go to ``node`` as far as its ``nodeSelector`` and its
+    required node affinity say: the rules of Kubernetes' NodeAffinity filter (terms ORed, a
+    term's requirements ANDed, an empty term matching nothing). Kueue's ResourceFlavors pin
+    admitted pods to their nodes this way. Taints and free resources are the scheduler's."""
+    labels = labels_of(node)
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    fields = {"metadata.name": meta(node).get("name")}
+    for term in required.get("nodeSelectorTerms") or ():
+        exprs = term.get("matchExpressions") or []
+        by_field = term.get("matchFields") or []
+        if (exprs or by_field) and all(_matches(e, labels.get(e.get("key"))) for e in exprs) and (
+                all(_matches(f, fields.get(f.get("key"))) for f in by_field)):
+            return True
+    return False
+
+
 def _pin_term(node: str) -> dict[str, Any]:
     return {"key": "metadata.name", "operator": "In", "values": [node]}
 
@@ -335,6 +379,24 @@ class MigrationController:
         seen at once; the field selector keeps the answer small)."""
         return {meta(n)["name"] for n in self.kube.list(
             "/api/v1/nodes", fieldSelector="spec.unschedulable=true")}
+
+    def fitting_nodes(self, pod: dict[str, Any]) -> set[str] | None:
+        """The nodes the pod's new copy could be placed on by its ``nodeSelector`` and required
+        node affinity (:func:`fits`), or None when it names neither (any node). A target
+        outside them would be reserved in vain: the copy (made from the same spec, by the
+        manager or the owner) waits there until the placement timeout lifts the reservation.
+        A Kueue-admitted Job's pods carry their ResourceFlavor's node labels this way."""
+        spec = pod.get("spec") or {}
+        selector = spec.get("nodeSelector") or {}
+        affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution")
+        if not selector and not affinity:
+            return None
+        # The node selector narrows the list on the server; fits() judges the rest.
+        params = {"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(
+            selector.items()))} if selector else {}
+        return {meta(n)["name"] for n in self.kube.list("/api/v1/nodes", **params)
+                if fits(spec, n)}
 
     def reallocate(self, node: str, req: ReallocationRequest) -> ReallocationReply:
         if not self.leader:
@@ -421,10 +483,12 @@ class MigrationController:
                                          reason=f"a migration is in flight on node {source}")
             now = self.clock()
             cordoned = self.cordoned()
+            allowed = self.fitting_nodes(pod)
             if target is None:
                 found = self.state.find_job(ns, name)
                 category = found[1].category if found else Category.CONVERGED
-                closed = (busy | cordoned) - {source}
+                unfit = set(self.state.fresh_nodes()) - allowed if allowed is not None else set()
+                closed = (busy | cordoned | unfit) - {source}
                 views = [v if v.name not in closed else replace(v, available=False)
                          for v in self.state.views(self.state.fresh_nodes())]
                 if source not in {v.name for v in views}:
@@ -448,6 +512,10 @@ class MigrationController:
             elif target in cordoned:
                 return ReallocationReply(decision="refused",
                                          reason=f"node {target} is cordoned")
+            elif allowed is not None and target not in allowed:
+                return ReallocationReply(decision="refused", reason=(
+                    f"the pod cannot run on node {target} (its nodeSelector or required node "
+                    "affinity)"))
             if not self._rate_ok(now):
                 return ReallocationReply(decision="refused", reason="global migration rate limit")
             ref = controller_ref(pod)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kueuelib import API, Kueue, kueue_bin
 from planelib import Plane, free_port
@@ -35,7 +36,10 @@ pytestmark = pytest.mark.plane
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: The ResourceFlavor's node label: Kueue adds it to the Job's pod template at admission.
+#: Every node of the module has it.
 FLAVOR_LABEL = "specon-test/kueue-flavor"
+#: A node label that only some nodes get: a flavor on it leaves the others out.
+POOL_LABEL = "specon-test/kueue-pool"
 KUEUE = "/apis/" + API
 
 
@@ -112,13 +116,14 @@ def usage(cq: dict[str, Any] | None, flavor: str) -> float:
     return 0.0
 
 
-def queues(tag: str, ns: str) -> tuple[str, str, str, list[dict[str, Any]]]:
-    """A ResourceFlavor (nodes labelled ``FLAVOR_LABEL=tag``), a ClusterQueue with 1 CPU of
-    it, a LocalQueue in ``ns`` feeding it: (flavor, cluster queue, local queue, objects)."""
-    flavor, cq, lq = f"{tag}-flavor", f"{tag}-cq", "training"
+def queues(name: str, ns: str, node_labels: dict[str, str]) -> tuple[
+        str, str, str, list[dict[str, Any]]]:
+    """A ResourceFlavor (the nodes with ``node_labels``), a ClusterQueue with 1 CPU of it, a
+    LocalQueue in ``ns`` feeding it: (flavor, cluster queue, local queue, objects)."""
+    flavor, cq, lq = f"{name}-flavor", f"{name}-cq", "training"
     objs = [
         {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": flavor},
-         "spec": {"nodeLabels": {FLAVOR_LABEL: tag}}},
+         "spec": {"nodeLabels": node_labels}},
         {"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": cq},
          "spec": {"namespaceSelector": {}, "resourceGroups": [{
              "coveredResources": ["cpu"],
@@ -142,12 +147,26 @@ def kueue_job(name: str, tag: str, queue: str) -> dict[str, Any]:
     return job
 
 
+@pytest.mark.parametrize("pool", ["every-node", "not-the-best-target"])
 def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_its_quota(
     plane: Plane, api: Api, qnodes: list[str], tokens: dict[str, str], plane_namespace: str,
-    tag: str, kueue: Kueue, manager: ManagerProcess, tmp_path: Path,
+    tag: str, kueue: Kueue, manager: ManagerProcess, tmp_path: Path, pool: str,
 ) -> None:
+    """``every-node``: the flavor's nodes are all four, and the job moves to the worked
+    example's best node (node 1). ``not-the-best-target``: node 1 is not one of the flavor's
+    nodes, so the Job's pods (with the nodeSelector Kueue adds) cannot run there; SpeCon moves
+    the job to the best node they can run on (node 2), at once, instead of reserving node 1
+    until the placement timeout lifts the reservation."""
     ns = plane_namespace
-    flavor, cq, lq, objs = queues(tag, ns)
+    if pool == "every-node":
+        flavor_labels, target = {FLAVOR_LABEL: tag}, qnodes[1]
+        labelled: list[str] = []
+    else:
+        flavor_labels, target = {POOL_LABEL: tag}, qnodes[2]
+        labelled = [qnodes[0], qnodes[2], qnodes[3]]
+    for node in labelled:
+        plane.kubectl("label", "node", node, f"{POOL_LABEL}={tag}")
+    flavor, cq, lq, objs = queues(f"{tag}-{pool}", ns, flavor_labels)
     print(f"kueue log: {kueue.log}")
     try:
         for obj in objs:
@@ -194,7 +213,7 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
         # flavor pinned it to the flavor's nodes (all four) and gated nothing.
         assert first["spec"]["schedulerName"] == SCHED
         assert first["spec"]["nodeName"] == qnodes[3]
-        assert first["spec"]["nodeSelector"][FLAVOR_LABEL] == tag
+        assert flavor_labels.items() <= first["spec"]["nodeSelector"].items()
         assert not first["spec"].get("schedulingGates")
         # The ClusterQueue's status follows the admission shortly after.
         wait_for("the quota charged", lambda: usage(cluster_queue(), flavor) == pytest.approx(
@@ -213,7 +232,7 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
         job.run_steps(3)
         beat_all(agents)
         reply = agents[qnodes[3]].reallocate(ns, name)
-        assert reply["decision"] == "migrate" and reply["target"] == qnodes[1], reply
+        assert reply["decision"] == "migrate" and reply["target"] == target, reply
 
         # At every tick of the move (drive also asserts one live pod at most): the Workload
         # is the same one, still Admitted, never evicted or requeued, and the quota is
@@ -236,11 +255,11 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
 
         drive(api, ns, agents, [job], kueue_holds)
         assert len(seen) > 3  # watched through the move, not once at the end
-        assert job.node == qnodes[1] and job.pod != name
+        assert job.node == target and job.pod != name
         assert_resumed_exactly(job)  # and it goes on training on the target
         rep = api.pod(ns, job.pod)
         assert rep is not None and rep["metadata"]["ownerReferences"][0]["uid"] == job_uid
-        assert rep["spec"]["nodeSelector"][FLAVOR_LABEL] == tag
+        assert flavor_labels.items() <= rep["spec"]["nodeSelector"].items()
         saved = job.saved()
         jobobj = api.job(ns, "kq")
         assert jobobj is not None and saved is not None
@@ -248,6 +267,9 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
         assert not jobobj["spec"]["suspend"]
         assert (jobobj.get("status") or {}).get("failed", 0) == 0  # the eviction was ignored
         wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
+        # on the chosen node, not "elsewhere" after a lifted reservation
+        metrics = httpx.get(f"{manager.url}/metrics").text
+        assert 'specon_migrations_total{result="completed"} 1.0' in metrics
         w = workload()
         assert w is not None and w["metadata"]["name"] == wl_name
         assert next(c["lastTransitionTime"] for c in w["status"]["conditions"]
@@ -278,3 +300,5 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
                       check=False)
         plane.kubectl("delete", "resourceflavor", flavor, "--ignore-not-found",
                       "--wait=false", check=False)
+        for node in labelled:
+            plane.kubectl("label", "node", node, f"{POOL_LABEL}-", check=False)
