@@ -149,12 +149,15 @@ class Kueue:
         self.webhook_port = free_port()
         self.health_port = free_port()
         self.comp: Component | None = None
+        #: From the first object applied to /readyz answering 200.
+        self.startup_seconds = 0.0
 
     @property
     def log(self) -> Path:
         return self.workdir / "kueue.log"
 
     def start(self, timeout: float = 120) -> None:
+        t0 = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         certs = make_certs(self.workdir / "certs")
         ca = certs["ca.crt"].read_bytes()
@@ -199,6 +202,7 @@ class Kueue:
             if not self.comp.running():
                 raise PlaneError(f"kueue exited at start:\n{self.comp.tail(60)}")
             if self._ready():
+                self.startup_seconds = time.monotonic() - t0
                 return
             time.sleep(0.5)
         raise PlaneError(f"kueue not ready after {timeout:.0f} s:\n{self.comp.tail(60)}")

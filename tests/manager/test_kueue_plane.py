@@ -167,7 +167,7 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
     for node in labelled:
         plane.kubectl("label", "node", node, f"{POOL_LABEL}={tag}")
     flavor, cq, lq, objs = queues(f"{tag}-{pool}", ns, flavor_labels)
-    print(f"kueue log: {kueue.log}")
+    print(f"kueue log: {kueue.log}; started in {kueue.startup_seconds:.1f} s")
     try:
         for obj in objs:
             apply(plane, ns, obj)
