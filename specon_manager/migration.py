@@ -296,6 +296,22 @@ def fits(spec: dict[str, Any], node: dict[str, Any]) -> bool:
     return False
 
 
+def no_replacement_coming(kind: str, owner: dict[str, Any] | None) -> tuple[str, str] | None:
+    """For a migration whose source is gone and whose owner has made no new pod yet: (result,
+    why) when none will come for now, else None (wait for it). A deleted owner makes none. A
+    suspended Job makes none until it runs again: Kueue suspends a Job when it preempts or
+    deactivates its Workload, maybe for hours; waiting would hold the target's reservation and
+    both nodes' migration slots all that time, and the job resumes from its checkpoint
+    wherever its next pod goes."""
+    if owner is None:
+        return "failed", f"the {kind} was deleted"
+    if kind == "Job" and (owner.get("spec") or {}).get("suspend") is True:
+        return "suspended", ("its Job was suspended before its next pod was made (by Kueue, if "
+                             "it preempted or deactivated the Job's Workload); the job resumes "
+                             "from its last checkpoint when the Job runs again")
+    return None
+
+
 def _pin_term(node: str) -> dict[str, Any]:
     return {"key": "metadata.name", "operator": "In", "values": [node]}
 
@@ -759,9 +775,11 @@ class MigrationController:
         candidates = [p for p in self.kube.list(pod_path(m.namespace), **selector)
                       if (controller_ref(p) or {}).get("uid") == m.owner_uid
                       and meta(p).get("uid") != m.pod_uid and not meta(p).get("deletionTimestamp")]
-        if not candidates and self.kube.get(m.owner_path()) is None:
-            self._finish(m, None, f"the {m.owner_kind} was deleted")
-            return
+        if not candidates:
+            ended = no_replacement_coming(m.owner_kind, self.kube.get(m.owner_path()))
+            if ended is not None:
+                self._finish(m, None, ended[1], result=ended[0])
+                return
         bound = [p for p in candidates if (p.get("spec") or {}).get("nodeName")]
         if bound:
             self._finish(m, bound[0], "")
@@ -838,7 +856,10 @@ class MigrationController:
         elif m.reserved and now > m.deadline:
             self._lift_bare(m, rep, now)
 
-    def _finish(self, m: Migration, placed: dict[str, Any] | None, problem: str) -> None:
+    def _finish(self, m: Migration, placed: dict[str, Any] | None, problem: str,
+                result: str = "") -> None:
+        """End ``m``: its replacement ``placed`` (None: none, because of ``problem``).
+        ``result`` (the metric's label) is worked out unless given."""
         self.state.release(m.key)
         self._migrations.pop(m.id, None)
         self._stuck_reported.discard(m.id)
@@ -851,14 +872,18 @@ class MigrationController:
         except KubeError as exc:
             if exc.status != 404:
                 raise
-        result = "completed" if node == m.target else "failed" if placed is None else "elsewhere"
+        result = result or (
+            "completed" if node == m.target else "failed" if placed is None else "elsewhere")
         self.metrics.migrations.labels(result).inc()
         if result == "completed":
             self.metrics.migration_seconds.observe(max(0.0, self.clock() - m.started))
         target = placed if placed is not None else self._pod_ref(m)
-        self._event(target, "MigrationCompleted" if placed else "MigrationFailed",
+        reason = ("MigrationCompleted" if placed else
+                  "MigrationInterrupted" if result == "suspended" else "MigrationFailed")
+        self._event(target, reason,
                     f"migration {m.id}: replacement {meta(target)['name']} placed on {node}"
-                    if placed else f"migration {m.id}: {problem}", warning=placed is None)
+                    if placed else f"migration {m.id}: {problem}",
+                    warning=reason == "MigrationFailed")
         log.info("migration %s %s (%s)", m.id, result, node or problem)
         self.metrics.migrations_in_flight.set(len(self._migrations))
 

@@ -302,3 +302,105 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
                       "--wait=false", check=False)
         for node in labelled:
             plane.kubectl("label", "node", node, f"{POOL_LABEL}-", check=False)
+
+
+def test_kueue_taking_the_quota_back_mid_migration_ends_it_and_the_job_resumes_when_readmitted(
+    plane: Plane, api: Api, qnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, kueue: Kueue, manager: ManagerProcess, tmp_path: Path,
+) -> None:
+    """Kueue suspends an admitted Job when it preempts or deactivates its Workload. If that
+    happens after SpeCon evicted the pod and before the Job's next pod exists, no pod comes
+    until Kueue admits the Job again, maybe hours later. The migration ends there (it held the
+    target's reservation and both nodes' migration slots), Kueue releases the quota once the
+    evicted pod is gone, and when the Workload is admitted again the job resumes from the
+    checkpoint it saved, one pod at a time throughout."""
+    ns = plane_namespace
+    flavor, cq, lq, objs = queues(f"{tag}-susp", ns, {FLAVOR_LABEL: tag})
+    try:
+        for obj in objs:
+            apply(plane, ns, obj)
+        manager.start()
+        agents = agents_for(manager.url, tokens)
+        set_layout(plane, agents, qnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
+        beat_all(agents)
+        apply(plane, ns, kueue_job("ks", tag, lq))
+        first = wait_for("the Job's pod running", lambda: [
+            p for p in live(api.pods(ns), "ks-") if p["status"].get("phase") == "Running"])[0]
+        assert first["spec"]["nodeName"] == qnodes[3]
+        name, uid = first["metadata"]["name"], first["metadata"]["uid"]
+        workloads = f"{KUEUE}/namespaces/{ns}/workloads"
+
+        def workload() -> dict[str, Any]:
+            items = (api.get(workloads) or {}).get("items") or []
+            assert len(items) == 1, [w["metadata"]["name"] for w in items]
+            out: dict[str, Any] = items[0]
+            return out
+
+        def cluster_queue() -> dict[str, Any] | None:
+            return api.get(f"{KUEUE}/clusterqueues/{cq}")
+
+        wait_for("the quota charged", lambda: usage(cluster_queue(), flavor) == pytest.approx(
+            0.1))
+        # The evicted pod stays terminating until the test lets it go (as a slow kubelet).
+        plane.kubectl("annotate", "-n", ns, f"pod/{name}", "specon.test/kubelet-gone=true")
+        crowded_source(plane, qnodes, ns, agents)
+        job = JobStandIn(tmp_path / "ckpt-ks", "ks-")
+        start_job(api, ns, agents, job, name)
+        job.run_steps(3)
+        beat_all(agents)
+        reply = agents[qnodes[3]].reallocate(ns, name)
+        assert reply["decision"] == "migrate" and reply["target"] == qnodes[1], reply
+        drive(api, ns, agents, [job], lambda pods: any(
+            p["metadata"]["uid"] == uid and p["metadata"].get("deletionTimestamp")
+            for p in pods))
+        assert not job.running and job.stopped_at is not None  # saved on SIGTERM, exited
+
+        # Kueue takes the quota back (a deactivation here; a preemption does the same).
+        wl = workload()["metadata"]["name"]
+        plane.kubectl("patch", "-n", ns, f"workload.kueue.x-k8s.io/{wl}", "--type=merge",
+                      "-p", '{"spec":{"active":false}}')
+        wait_for("the Job suspended", lambda: (api.job(ns, "ks") or {})["spec"]["suspend"])
+        plane.kubectl("annotate", "-n", ns, f"pod/{name}", "specon.test/kubelet-gone-")
+
+        def interrupted(_: list[dict[str, Any]]) -> bool:
+            return "MigrationInterrupted" in api.events(ns)
+
+        drive(api, ns, agents, [job], interrupted)
+        metrics = httpx.get(f"{manager.url}/metrics").text
+        assert 'specon_migrations_total{result="suspended"} 1.0' in metrics
+        assert "specon_migrations_in_flight 0.0" in metrics
+        jobobj = api.job(ns, "ks")
+        assert jobobj is not None
+        assert not (jobobj["metadata"].get("labels") or {}).get("specon.io/migrating")
+        # Kueue's accounting: nothing charged while the Workload waits to be admitted again.
+        wait_for("the quota released", lambda: usage(cluster_queue(), flavor) == 0.0 and (
+            conditions(workload()).get("Admitted") != "True"))
+        assert [p["metadata"]["name"] for p in live(api.pods(ns), "ks-")] == []
+
+        # Admitted again: the Job's next pod is placed by SpeCon's scheduler (no reservation
+        # now) and the job resumes from the checkpoint it saved when it was evicted.
+        plane.kubectl("patch", "-n", ns, f"workload.kueue.x-k8s.io/{wl}", "--type=merge",
+                      "-p", '{"spec":{"active":true}}')
+        drive(api, ns, agents, [job], lambda _: job.starts > 1)
+        assert_resumed_exactly(job)
+        rep = api.pod(ns, job.pod)
+        assert rep is not None and rep["spec"]["schedulerName"] == SCHED
+        assert conditions(workload()).get("Admitted") == "True"
+        wait_for("the quota charged again", lambda: usage(cluster_queue(), flavor) == (
+            pytest.approx(0.1)))
+        plane.complete_pod(ns, job.pod)
+        wait_for("the Workload finished", lambda: conditions(workload()).get(
+            "Finished") == "True")
+        wait_for("the quota released", lambda: usage(cluster_queue(), flavor) == 0.0)
+    except BaseException:
+        print(f"--- kueue (last lines) ---\n{kueue.tail(80)}")
+        raise
+    finally:
+        plane.kubectl("annotate", "-n", ns, "pods", "--all", "specon.test/kubelet-gone-",
+                      check=False)
+        plane.kubectl("delete", "-n", ns, "job", "ks", "--ignore-not-found", "--wait=false",
+                      check=False)
+        plane.kubectl("delete", "clusterqueue", cq, "--ignore-not-found", "--wait=false",
+                      check=False)
+        plane.kubectl("delete", "resourceflavor", flavor, "--ignore-not-found",
+                      "--wait=false", check=False)
