@@ -70,7 +70,8 @@ class ManagerMetrics:
             registry=r)
         self.migrations = Counter(
             "specon_migrations_total",
-            "Migrations that ended, by result (completed, cancelled, stayed, failed).",
+            "Migrations that ended, by result (completed, elsewhere, cancelled, stayed, "
+            "failed, suspended).",
             ["result"], registry=r)
         self.migrations_started = Counter(
             "specon_migrations_started_total", "Migrations started, by reason.", ["reason"],

@@ -335,6 +335,66 @@ def ignores_disruption(policy: Any) -> bool:
     return False
 
 
+def _matches(req: dict[str, Any], value: str | None) -> bool:
+    """One node selector requirement (``key``, ``operator``, ``values``) against the node's
+    value for its key (None: the node has no such label)."""
+    op, values = req.get("operator"), [str(v) for v in req.get("values") or ()]
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def fits(spec: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether a pod with this spec may go to ``node`` as far as its ``nodeSelector`` and its
+    required node affinity say: the rules of Kubernetes' NodeAffinity filter (terms ORed, a
+    term's requirements ANDed, an empty term matching nothing). Kueue's ResourceFlavors pin
+    admitted pods to their nodes this way. Taints and free resources are the scheduler's."""
+    labels = labels_of(node)
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    fields = {"metadata.name": meta(node).get("name")}
+    for term in required.get("nodeSelectorTerms") or ():
+        exprs = term.get("matchExpressions") or []
+        by_field = term.get("matchFields") or []
+        if (exprs or by_field) and all(_matches(e, labels.get(e.get("key"))) for e in exprs) and (
+                all(_matches(f, fields.get(f.get("key"))) for f in by_field)):
+            return True
+    return False
+
+
+def no_replacement_coming(kind: str, owner: dict[str, Any] | None) -> tuple[str, str] | None:
+    """For a migration whose source is gone and whose owner has made no new pod yet: (result,
+    why) when none will come for now, else None (wait for it). A deleted owner makes none. A
+    suspended Job makes none until it runs again: Kueue suspends a Job when it preempts or
+    deactivates its Workload, maybe for hours; waiting would hold the target's reservation and
+    both nodes' migration slots all that time, and the job resumes from its checkpoint
+    wherever its next pod goes."""
+    if owner is None:
+        return "failed", f"the {kind} was deleted"
+    if kind == "Job" and (owner.get("spec") or {}).get("suspend") is True:
+        return "suspended", ("its Job was suspended before its next pod was made (by Kueue, if "
+                             "it preempted or deactivated the Job's Workload); the job resumes "
+                             "from its last checkpoint when the Job runs again")
+    return None
+
+
 def _pin_term(node: str) -> dict[str, Any]:
     return {"key": "metadata.name", "operator": "In", "values": [node]}
 
@@ -418,6 +478,24 @@ class MigrationController:
         seen at once; the field selector keeps the answer small)."""
         return {meta(n)["name"] for n in self.kube.list(
             "/api/v1/nodes", fieldSelector="spec.unschedulable=true")}
+
+    def fitting_nodes(self, pod: dict[str, Any]) -> set[str] | None:
+        """The nodes the pod's new copy could be placed on by its ``nodeSelector`` and required
+        node affinity (:func:`fits`), or None when it names neither (any node). A target
+        outside them would be reserved in vain: the copy (made from the same spec, by the
+        manager or the owner) waits there until the placement timeout lifts the reservation.
+        A Kueue-admitted Job's pods carry their ResourceFlavor's node labels this way."""
+        spec = pod.get("spec") or {}
+        selector = spec.get("nodeSelector") or {}
+        affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution")
+        if not selector and not affinity:
+            return None
+        # The node selector narrows the list on the server; fits() judges the rest.
+        params = {"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(
+            selector.items()))} if selector else {}
+        return {meta(n)["name"] for n in self.kube.list("/api/v1/nodes", **params)
+                if fits(spec, n)}
 
     def reallocate(self, node: str, req: ReallocationRequest) -> ReallocationReply:
         if not self.leader:
@@ -509,10 +587,12 @@ class MigrationController:
                                          reason=f"a migration is in flight on node {source}")
             now = self.clock()
             cordoned = self.cordoned()
+            allowed = self.fitting_nodes(pod)
             if target is None:
                 found = self.state.find_job(ns, name)
                 category = found[1].category if found else Category.CONVERGED
-                closed = (busy | cordoned) - {source}
+                unfit = set(self.state.fresh_nodes()) - allowed if allowed is not None else set()
+                closed = (busy | cordoned | unfit) - {source}
                 views = [v if v.name not in closed else replace(v, available=False)
                          for v in self.state.views(self.state.fresh_nodes())]
                 if source not in {v.name for v in views}:
@@ -536,6 +616,10 @@ class MigrationController:
             elif target in cordoned:
                 return ReallocationReply(decision="refused",
                                          reason=f"node {target} is cordoned")
+            elif allowed is not None and target not in allowed:
+                return ReallocationReply(decision="refused", reason=(
+                    f"the pod cannot run on node {target} (its nodeSelector or required node "
+                    "affinity)"))
             if not self._rate_ok(now):
                 return ReallocationReply(decision="refused", reason="global migration rate limit")
             ref = controller_ref(pod)
@@ -779,9 +863,11 @@ class MigrationController:
         candidates = [p for p in self.kube.list(pod_path(m.namespace), **selector)
                       if (controller_ref(p) or {}).get("uid") == m.owner_uid
                       and meta(p).get("uid") != m.pod_uid and not meta(p).get("deletionTimestamp")]
-        if not candidates and self.kube.get(m.owner_path()) is None:
-            self._finish(m, None, f"the {m.owner_kind} was deleted")
-            return
+        if not candidates:
+            ended = no_replacement_coming(m.owner_kind, self.kube.get(m.owner_path()))
+            if ended is not None:
+                self._finish(m, None, ended[1], result=ended[0])
+                return
         bound = [p for p in candidates if (p.get("spec") or {}).get("nodeName")]
         if bound:
             self._finish(m, bound[0], "")
@@ -858,7 +944,10 @@ class MigrationController:
         elif m.reserved and now > m.deadline:
             self._lift_bare(m, rep, now)
 
-    def _finish(self, m: Migration, placed: dict[str, Any] | None, problem: str) -> None:
+    def _finish(self, m: Migration, placed: dict[str, Any] | None, problem: str,
+                result: str = "") -> None:
+        """End ``m``: its replacement ``placed`` (None: none, because of ``problem``).
+        ``result`` (the metric's label) is worked out unless given."""
         self.state.release(m.key)
         self._migrations.pop(m.id, None)
         self._stuck_reported.discard(m.id)
@@ -871,14 +960,18 @@ class MigrationController:
         except KubeError as exc:
             if exc.status != 404:
                 raise
-        result = "completed" if node == m.target else "failed" if placed is None else "elsewhere"
+        result = result or (
+            "completed" if node == m.target else "failed" if placed is None else "elsewhere")
         self.metrics.migrations.labels(result).inc()
         if result == "completed":
             self.metrics.migration_seconds.observe(max(0.0, self.clock() - m.started))
         target = placed if placed is not None else self._pod_ref(m)
-        self._event(target, "MigrationCompleted" if placed else "MigrationFailed",
+        reason = ("MigrationCompleted" if placed else
+                  "MigrationInterrupted" if result == "suspended" else "MigrationFailed")
+        self._event(target, reason,
                     f"migration {m.id}: replacement {meta(target)['name']} placed on {node}"
-                    if placed else f"migration {m.id}: {problem}", warning=placed is None)
+                    if placed else f"migration {m.id}: {problem}",
+                    warning=reason == "MigrationFailed")
         log.info("migration %s %s (%s)", m.id, result, node or problem)
         self.metrics.migrations_in_flight.set(len(self._migrations))
 
