@@ -4,6 +4,10 @@ places its pod, SpeCon migrates it once by checkpoint and restore, and Kueue's a
 throughout: the Workload stays Admitted, the quota stays charged once, and is released when the
 Job completes. docs/user-guide.md ("Kueue alongside SpeCon") documents the configuration."""
 
+# Module fixtures of test_manager_plane.py are imported, so pytest registers them, and named as
+# parameters:
+# ruff: noqa: F811
+
 from __future__ import annotations
 
 import json
@@ -15,16 +19,20 @@ from typing import Any
 import httpx
 import pytest
 from kueuelib import API, Kueue, kueue_bin
-from planelib import Plane, free_port
-from planemanager import Api, JobStandIn, ManagerProcess, apply, scheduler_config, wait_for
-from test_manager_plane import (
+from planelib import Plane
+from planemanager import Api, JobStandIn, ManagerProcess, apply, wait_for
+from test_manager_plane import (  # noqa: F401  (module fixtures, registered here)
     SCHED,
     agents_for,
+    api,
     assert_resumed_exactly,
     beat_all,
     crowded_source,
     drive,
+    ext_port,
     live,
+    manager,
+    scheduler,
     set_layout,
     start_job,
     train_job,
@@ -59,25 +67,6 @@ def tokens(qnodes: list[str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def ext_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def api(plane: Plane) -> Iterator[Api]:
-    client = Api(plane)
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def scheduler(plane: Plane, ext_port: int) -> Iterator[None]:
-    plane.run_scheduler(SCHED, extenders=scheduler_config(ext_port, True))
-    yield
-    plane.stop_scheduler(SCHED)
-
-
-@pytest.fixture(scope="module")
 def kueue(plane: Plane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kueue]:
     k = Kueue(plane, kueue_bin(), tmp_path_factory.mktemp("kueue"))
     try:
@@ -91,14 +80,6 @@ def kueue(plane: Plane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ku
                           f"kueue-{kind}-webhook-configuration", "--ignore-not-found",
                           check=False)
         k.stop()
-
-
-@pytest.fixture
-def manager(plane: Plane, tokens: dict[str, str], ext_port: int, tmp_path: Path,
-            scheduler: None) -> Iterator[ManagerProcess]:
-    mp = ManagerProcess(plane, tmp_path, tokens, port=ext_port)
-    yield mp
-    mp.kill()
 
 
 def conditions(obj: dict[str, Any] | None) -> dict[str, str]:
