@@ -27,7 +27,7 @@ app = typer.Typer(
     help="SpeCon: progress-aware scheduling of deep-learning training. "
     "Simulate what it would do for your jobs before installing it.",
 )
-console = Console(width=None if sys.stdout.isatty() else 150)
+console = Console(width=None if sys.stdout.isatty() else 180)
 err = Console(stderr=True)
 
 
@@ -114,7 +114,8 @@ def _summary_table(mx: Matrix) -> Table:
     first = mx.runs[mx.policies[0]][0].summary()
     qos = [k for k in ("targets", "deadlines") if first[k]]
     for col in ("policy", "avg completion s", "vs default", "p50 s", "p95 s", "makespan s",
-                "vs default", "time to 90% s", "migrations", "headroom captured",
+                "vs default", "time to 90% s", "vs default", "migrations",
+                "headroom captured: avg", "t90",
                 *(f"{k} met" for k in qos)):
         t.add_column(col, justify="left" if col == "policy" else "right")
     for p in mx.policies:
@@ -130,8 +131,10 @@ def _summary_table(mx: Matrix) -> Table:
             f"{_fmt(mk.mean)} ± {_fmt(mk.ci95)}",
             "" if is_ref else _pct(mx.vs_default(p, "makespan_s").mean),
             _fmt(mx.metric(p, "avg_time_to_90_s").mean),
+            "" if is_ref else _pct(mx.vs_default(p, "avg_time_to_90_s").mean),
             _fmt(mx.metric(p, "migrations").mean),
             "" if is_ref else _pct(mx.headroom(p, "avg_completion_s").mean).lstrip("+"),
+            "" if is_ref else _pct(mx.headroom(p, "avg_time_to_90_s").mean).lstrip("+"),
             *(f"{mx.metric(p, k + '_met').mean:.1f} / {first[k]}" for k in qos),
         )
     return t
