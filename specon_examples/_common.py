@@ -121,6 +121,28 @@ def minibatch(n: int, size: int) -> Any:
     return torch.randint(0, n, (size,))
 
 
+def classifier(model: Any, optimizer: Any, forward: Callable[[Any], Any], labels: Any, n: int,
+               batch: int, scheduler: Any = None) -> Job:
+    """A classifier's job: each step draws ``batch`` of the ``n`` samples, takes the cross-entropy
+    of ``forward(indices)`` against their labels, steps the optimizer (and the scheduler), and
+    reports the minibatch's accuracy beside its loss."""
+    from torch.nn import functional as F
+
+    def step() -> tuple[float, dict[str, float]]:
+        idx = minibatch(n, batch)
+        logits = forward(idx)
+        loss = F.cross_entropy(logits, labels[idx])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        accuracy = float((logits.argmax(1) == labels[idx]).float().mean())
+        return float(loss), {"accuracy": accuracy}
+
+    return Job(model, optimizer, step, scheduler)
+
+
 def digits() -> tuple[Any, Any]:
     """scikit-learn's bundled 8x8 digits (1797 images): pixels scaled to [0, 1], labels."""
     import torch

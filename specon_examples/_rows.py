@@ -3,13 +3,12 @@ RNN, GRU and Bi-RNN jobs read MNIST row by row)."""
 
 from __future__ import annotations
 
-from specon_examples._common import Job, digits, minibatch
+from specon_examples._common import Job, classifier, digits
 
 
 def build_rows(cell: str, hidden: int, bidirectional: bool = False, lr: float = 3e-3) -> Job:
     import torch
     from torch import nn
-    from torch.nn import functional as F
 
     x, y = digits()
     rows = x.view(-1, 8, 8)
@@ -33,14 +32,4 @@ def build_rows(cell: str, hidden: int, bidirectional: bool = False, lr: float = 
     model = RowClassifier()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
 
-    def step() -> tuple[float, dict[str, float]]:
-        idx = minibatch(len(rows), 64)
-        logits = model(rows[idx])
-        loss = F.cross_entropy(logits, y[idx])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        accuracy = float((logits.argmax(1) == y[idx]).float().mean())
-        return float(loss), {"accuracy": accuracy}
-
-    return Job(model, optimizer, step)
+    return classifier(model, optimizer, lambda idx: model(rows[idx]), y, len(rows), 64)

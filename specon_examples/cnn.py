@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specon_examples._common import Job, minibatch, run
+from specon_examples._common import Job, classifier, run
 
 ITERATIONS = 600
 CLASSES = 10
@@ -35,7 +35,6 @@ def images(n: int = IMAGES, classes: int = CLASSES) -> tuple[Any, Any]:
 def build() -> Job:
     import torch
     from torch import nn
-    from torch.nn import functional as F
 
     x, y = images()
     # The architecture measured on 16 cores (docs/examples.md, "Speed-up beyond two cores").
@@ -47,17 +46,7 @@ def build() -> Job:
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    def step() -> tuple[float, dict[str, float]]:
-        idx = minibatch(len(x), 64)
-        logits = model(x[idx])
-        loss = F.cross_entropy(logits, y[idx])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        accuracy = float((logits.argmax(1) == y[idx]).float().mean())
-        return float(loss), {"accuracy": accuracy}
-
-    return Job(model, optimizer, step)
+    return classifier(model, optimizer, lambda idx: model(x[idx]), y, len(x), 64)
 
 
 def main(argv: list[str] | None = None) -> None:

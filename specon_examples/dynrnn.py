@@ -3,7 +3,7 @@ sequences from random ones (the classic dynamic_rnn toy task; data generated, se
 
 from __future__ import annotations
 
-from specon_examples._common import Job, minibatch, run
+from specon_examples._common import Job, classifier, run
 
 ITERATIONS = 1000
 SAMPLES = 2000
@@ -32,7 +32,6 @@ def sequences(seed: int = 1234):  # type: ignore[no-untyped-def]
 def build() -> Job:
     import torch
     from torch import nn
-    from torch.nn import functional as F
     from torch.nn.utils.rnn import pack_padded_sequence
 
     data, lengths, labels = sequences()
@@ -52,17 +51,8 @@ def build() -> Job:
     model = DynamicRNN()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 
-    def step() -> tuple[float, dict[str, float]]:
-        idx = minibatch(SAMPLES, 64)
-        logits = model(data[idx], lengths[idx])
-        loss = F.cross_entropy(logits, labels[idx])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        accuracy = float((logits.argmax(1) == labels[idx]).float().mean())
-        return float(loss), {"accuracy": accuracy}
-
-    return Job(model, optimizer, step)
+    return classifier(model, optimizer, lambda idx: model(data[idx], lengths[idx]), labels,
+                      SAMPLES, 64)
 
 
 def main(argv: list[str] | None = None) -> None:

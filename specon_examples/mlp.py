@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specon_examples._common import Job, digits, minibatch, run
+from specon_examples._common import Job, classifier, digits, run
 
 ITERATIONS = 7000
 
@@ -10,7 +10,6 @@ ITERATIONS = 7000
 def build() -> Job:
     import torch
     from torch import nn
-    from torch.nn import functional as F
 
     x, y = digits()
     model = nn.Sequential(
@@ -19,18 +18,7 @@ def build() -> Job:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1000, gamma=0.5)
 
-    def step() -> tuple[float, dict[str, float]]:
-        idx = minibatch(len(x), 128)
-        logits = model(x[idx])
-        loss = F.cross_entropy(logits, y[idx])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-        accuracy = float((logits.argmax(1) == y[idx]).float().mean())
-        return float(loss), {"accuracy": accuracy}
-
-    return Job(model, optimizer, step, scheduler)
+    return classifier(model, optimizer, lambda idx: model(x[idx]), y, len(x), 128, scheduler)
 
 
 def main(argv: list[str] | None = None) -> None:
