@@ -102,7 +102,13 @@ def test_cli_writes_the_profile_file(tmp_path):
 
 @pytest.mark.torch
 @pytest.mark.slow
-def test_shipped_profile_loss_curve_is_reproduced_exactly(tmp_path):
+def test_shipped_profile_loss_curve_is_reproduced(tmp_path):
+    """The recorder, run again on the example, gives the shipped profile's loss curve: the
+    same 200 points, each within float noise. Bit for bit it holds only on the CPU kernels the
+    profile was recorded with: on an AVX2 AMD EPYC host (no AVX-512) the largest relative
+    difference was 1.3e-5, and forcing other kernels here (ATEN_CPU_CAPABILITY=default,
+    OPENBLAS_CORETYPE=Sandybridge) gave 9.6e-4 and 5.5e-4; the same job with --seed 1 differs
+    by 0.30, so the tolerance still tells another run from this one."""
     from specon_examples import launch
 
     python = launch.torch_python()
@@ -111,4 +117,6 @@ def test_shipped_profile_loss_curve_is_reproduced_exactly(tmp_path):
     shipped = json.loads((PROFILES / "mlp-digits.json").read_text())
     ref = reference_run(launch.command(python, "mlp"), cpu=0, workdir=tmp_path)
     assert ref.iterations == shipped["iterations"]
-    assert even_sample(ref.losses, 400) == shipped["loss"]
+    got = even_sample(ref.losses, 400)
+    assert len(got) == len(shipped["loss"])
+    assert got == pytest.approx(shipped["loss"], rel=2e-3, abs=0.0)
