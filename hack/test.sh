@@ -20,6 +20,18 @@ log() { printf '\033[1m[test]\033[0m %s\n' "$*" >&2; }
 # shellcheck source=hack/lib/apt.sh
 source "$ROOT/hack/lib/apt.sh"
 
+# With no pytest arguments the whole suite runs: hack/prepare.sh fills the real parts' caches in
+# the background from the start (its own session, so that an early exit stops its whole build
+# tree), beside the virtual environment, the linters and the first pytest pass.
+if [ $# -eq 0 ]; then
+  PREPARE_LOG=$(mktemp "${TMPDIR:-/tmp}/specon-prepare.XXXXXX")
+  log "prepare: filling the real parts' caches in the background (hack/prepare.sh, log $PREPARE_LOG)"
+  setsid bash hack/prepare.sh >"$PREPARE_LOG" 2>&1 </dev/null &
+  prepare_pid=$!
+  CLEANUP+=("kill -- -$prepare_pid 2>/dev/null")
+  prepare_start=$SECONDS
+fi
+
 VENV=${SPECON_VENV:-$ROOT/.venv}
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating virtual environment $VENV"
@@ -41,16 +53,60 @@ ruff check .
 log "mypy (strict on the core)"
 mypy specon specon_agent specon_manager
 
-for piece in hack/test.d/*.sh; do
-  [ -e "$piece" ] || continue
-  log "setup: $piece"
-  # shellcheck disable=SC1090
-  source "$piece"
-done
+# The tests that need no real part (no plane, engine, node, PyTorch or browser): with no pytest
+# arguments they run first, while hack/prepare.sh fills the real parts' caches in the background
+# (on a cold machine the Go builds alone take tens of minutes; docs/testplane.md has the figures).
+PURE='not plane and not docker and not nodes and not torch and not chromium'
 
-log "pytest"
+# pytest's exit 5 ("no tests collected") is no failure for one of two passes.
+run_pytest() {
+  local rc=0
+  python -m pytest "$@" || rc=$?
+  [ "$rc" = 5 ] && rc=0
+  return "$rc"
+}
+
+setup_pieces() {
+  for piece in hack/test.d/*.sh; do
+    [ -e "$piece" ] || continue
+    log "setup: $piece"
+    # shellcheck disable=SC1090
+    source "$piece"
+  done
+}
+
+if [ $# -gt 0 ]; then
+  # Arguments name what to run: set everything up first, then one pytest.
+  setup_pieces
+  log "pytest"
+  set +e
+  python -m pytest "$@"
+  rc=$?
+  set -e
+  exit $rc
+fi
+
+log "pytest, first pass: the tests that need no real part ($PURE)"
 set +e
-python -m pytest "$@"
-rc=$?
+run_pytest -m "$PURE" --durations=20
+rc_pure=$?
 set -e
-exit $rc
+
+log "prepare: waiting for the background set-up"
+set +e
+wait "$prepare_pid"
+rc_prepare=$?
+set -e
+cat "$PREPARE_LOG" >&2
+log "prepare: done $((SECONDS - prepare_start)) s after it started (exit $rc_prepare)"
+rm -f "$PREPARE_LOG"
+
+setup_pieces
+
+log "pytest, second pass: the tests on real parts"
+set +e
+run_pytest -m "not ($PURE)" --durations=30
+rc_real=$?
+set -e
+log "pytest: first pass exit $rc_pure, second pass exit $rc_real"
+[ "$rc_pure" = 0 ] && [ "$rc_real" = 0 ]

@@ -17,7 +17,12 @@ say() { printf '[images] %s\n' "$*" >&2; }
 # shellcheck source=hack/lib/apt.sh
 source "$(dirname "$0")/../lib/apt.sh"
 
-if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+# --tarball-only: make the cached root filesystem tarball and stop (no engine needed; hack/prepare.sh
+# runs it in the background before an engine is up).
+TARBALL_ONLY=0
+[ "${1:-}" = "--tarball-only" ] && TARBALL_ONLY=1
+
+if [ "$TARBALL_ONLY" = 0 ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
   say "$IMAGE present"
   exit 0
 fi
@@ -59,6 +64,7 @@ if [ ! -s "$TARBALL" ]; then
   rm -rf "$ROOTFS"
   trap - EXIT
 fi
+[ "$TARBALL_ONLY" = 1 ] && exit 0
 
 say "docker import $TARBALL as $IMAGE"
 docker import \
