@@ -9,6 +9,9 @@ lost (slower than default by more than 1%).
 
     python benchmarks/suite.py                        # 30 workloads x 3 seeds, every policy
     python benchmarks/suite.py --workloads 5 --seeds 1 --policies default,specon+flowcon
+    python benchmarks/suite.py --family widened --workloads 12 --policies default,specon+flowcon
+        # 12 workloads of each family of specon.sim.generate.FAMILIES (overload, speeds
+        # 0.25-4, 16-64 workers, heavy-tailed lengths, and the default draws): 60 in all
 
 Writes docs/results/suite.json (every number) and prints the Markdown table of the README.
 """
@@ -29,16 +32,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specon.core.policy import POLICIES  # noqa: E402
-from specon.sim.generate import random_workload  # noqa: E402
+from specon.sim.generate import FAMILIES, family_workload  # noqa: E402
 from specon.sim.model import SimConfig  # noqa: E402
 from specon.sim.runner import run_one  # noqa: E402
 
 
-def one_workload(args: tuple[int, list[str], list[int], dict[str, Any]]) -> dict[str, Any]:
-    index, policies, seeds, cfg_kw = args
-    wl = random_workload(index)
+def one_workload(args: tuple[str, int, list[str], list[int], dict[str, Any]]
+                 ) -> dict[str, Any]:
+    family, index, policies, seeds, cfg_kw = args
+    wl = family_workload(family, index)
     cfg = SimConfig(record_timeline=False, **cfg_kw)
-    out: dict[str, Any] = {"workload": index, "description": wl.description,
+    out: dict[str, Any] = {"family": family, "workload": index, "description": wl.description,
                            "jobs": len(wl.jobs), "workers": len(wl.cluster.workers),
                            "policies": {}}
     per_job: dict[str, dict[str, list[float]]] = {}
@@ -66,6 +70,20 @@ def _p99(values: list[float]) -> float:
     return s[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
 
 
+def _headroom(rows: list[dict[str, Any]], p: str) -> float:
+    """Median share (%) of the oracle's gain in average completion over default that ``p``
+    captures, over the workloads where the oracle gains (NaN without the oracle)."""
+    vals = []
+    for r in rows:
+        pol = r["policies"]
+        if "oracle" not in pol:
+            continue
+        base, orc = pol["default"]["avg_completion_s"], pol["oracle"]["avg_completion_s"]
+        if base - orc > 1e-9 * base:
+            vals.append(100.0 * (base - pol[p]["avg_completion_s"]) / (base - orc))
+    return statistics.median(vals) if vals else math.nan
+
+
 def pct(a: float, b: float) -> float:
     return 100.0 * (a - b) / b if b and math.isfinite(a) and math.isfinite(b) else math.nan
 
@@ -89,6 +107,8 @@ def summarise(rows: list[dict[str, Any]], policies: list[str]) -> list[dict[str,
             entry.update(mk_mean=statistics.fmean(mk), mk_median=statistics.median(mk),
                          mk_worst=max(mk), mk_lost=sum(1 for v in mk if v > 1.0),
                          t90_median=statistics.median(t90) if t90 else math.nan,
+                         t90_worst=max(t90) if t90 else math.nan,
+                         headroom_median=_headroom(rows, p),
                          worst_slowdown=max(max(r["policies"][p]["slowdowns"]) for r in rows),
                          p99_slowdown=_p99([x for r in rows for x in r["policies"][p]
                                             ["slowdowns"]]))
@@ -103,25 +123,30 @@ def markdown(table: list[dict[str, Any]]) -> str:
         return f"{v:+.1f}{unit}".replace("-", "−") if unit == "%" else f"{v:.2f}×"
 
     lines = ["| policy | avg completion: mean | median | best | worst | lost | makespan: mean "
-             "| median | worst | lost | time to 90%: median | worst job slow-down (p99) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| median | worst | lost | time to 90%: median | worst | worst job slow-down (p99) "
+             "| oracle's headroom captured: median |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in table:
         if e["policy"] == "oracle":
             lines.append(f"| oracle (bound) | {f(e['avg_mean'])} | {f(e['avg_median'])} | "
-                         f"{f(e['avg_best'])} | {f(e['avg_worst'])} | | | | | | | |")
+                         f"{f(e['avg_best'])} | {f(e['avg_worst'])} | | | | | | | | | |")
             continue
         lines.append(
             f"| {e['policy']} | {f(e['avg_mean'])} | {f(e['avg_median'])} | {f(e['avg_best'])} "
             f"| {f(e['avg_worst'])} | {e['lost']} | {f(e['mk_mean'])} | {f(e['mk_median'])} "
             f"| {f(e['mk_worst'])} | {e['mk_lost']} | {f(e['t90_median'])} "
-            f"| {f(e['worst_slowdown'], 'x')} ({f(e['p99_slowdown'], 'x')}) |")
+            f"| {f(e['t90_worst'])} | {f(e['worst_slowdown'], 'x')} "
+            f"({f(e['p99_slowdown'], 'x')}) | {f(e['headroom_median'])} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", type=int, default=30, help="how many random workloads")
-    ap.add_argument("--first", type=int, default=0, help="the first workload's seed")
+    ap.add_argument("--first", type=int, default=0, help="the first workload's index")
+    ap.add_argument("--family", default="standard",
+                    help=f"a family of workloads ({', '.join(FAMILIES)}), or 'widened' for "
+                    "--workloads of each")
     ap.add_argument("--seeds", type=int, default=3, help="simulator seeds per workload")
     ap.add_argument("--policies", default="all", help="comma-separated, or 'all'")
     ap.add_argument("--processes", type=int, default=2)
@@ -134,6 +159,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.workloads < 1 or a.seeds < 1 or a.processes < 1:
         ap.error("--workloads, --seeds and --processes must be at least 1")
+    if a.family != "widened" and a.family not in FAMILIES:
+        ap.error(f"--family: unknown family {a.family!r} (known: {', '.join(FAMILIES)}, "
+                 "widened)")
+    families = list(FAMILIES) if a.family == "widened" else [a.family]
     policies = list(POLICIES) if a.policies == "all" else [
         p.strip() for p in a.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -148,8 +177,8 @@ def main() -> None:
     except ValueError as exc:
         ap.error(str(exc))
     started = time.time()
-    work = [(i, policies, list(range(a.seeds)), cfg)
-            for i in range(a.first, a.first + a.workloads)]
+    work = [(f, i, policies, list(range(a.seeds)), cfg)
+            for f in families for i in range(a.first, a.first + a.workloads)]
     rows: list[dict[str, Any]] = []
     with ProcessPoolExecutor(a.processes) as pool:
         for done, row in enumerate(pool.map(one_workload, work), 1):
@@ -169,6 +198,10 @@ def main() -> None:
                                  - started, "config": cfg, "table": table, "workloads": rows},
                                 indent=1))
     print(markdown(table))
+    if len(families) > 1:
+        for f in families:
+            print(f"\n{f}:\n" + markdown(summarise([r for r in rows if r["family"] == f],
+                                                    policies)))
     try:
         shown = a.out.resolve().relative_to(ROOT)
     except ValueError:

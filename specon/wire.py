@@ -86,6 +86,10 @@ class JobReport(_Wire):
     #: Seconds of CPU work left, as the agent measures it (specon.core.progress.measured_load:
     #: steps left x CPU-seconds per step); None when unknown (no step measured yet).
     work_s: NonNeg | None = None
+    #: Seconds of CPU work it has done (steps done x CPU-seconds per step): a progressing job
+    #: is served as if it had at most EARLY_FACTOR times this left (specon.core.progress).
+    #: None when unknown, and from agents older than this field.
+    work_done_s: NonNeg | None = None
     limit: Fraction = 1.0
     cpu_cores: NonNeg = 0.0
     #: The CPU limit its owner set (cores) when the agent has changed it (None: unchanged, or

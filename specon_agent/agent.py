@@ -681,6 +681,8 @@ class Agent:
                 migrated=view.cat.migrated, checkpointable=t.migratable,
                 step=int(job.step) if job.step > 0 else None,
                 work_s=job.load.work if job.load is not None and _measured(job) else None,
+                work_done_s=(job.load.attained if job.load is not None and _measured(job)
+                             else None),
                 checkpoint=self.checkpoint_of(job))))
         return Heartbeat(
             node=self.config.node, time=now, seq=self.seq, capacity_cpus=self.actuator.node_cpus,

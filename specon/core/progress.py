@@ -6,12 +6,17 @@ work left, its per-step cost and its speed-up table, these rules do what shortes
 first does for one machine, across a cluster of workers of different sizes and speeds:
 
 * **On a node** (:func:`node_shares`): every job keeps a small floor (it never starves and its
-  loss stays visible); then one core each in order of least work left; then the spare cores,
+  loss stays visible); a job held back too long (``starved``) gets its equal share of the
+  node back first; then one core each in order of least work left; then the spare cores,
   one at a time, to the job whose speed they raise the most per unit of its work left
   (heSRPT's rule under sub-linear speed-up: short jobs and jobs that scale get them). The
   category weights (2 / 1.5 / 1) divide each job's work left in that order: a progressing job
   goes before a converged one with up to twice its work left, so the CPU still flows to the
-  jobs whose loss still falls (FlowCon's aim) without letting a long job hold a node.
+  jobs whose loss still falls (FlowCon's aim) without letting a long job hold a node. A
+  progressing job counts at most ``EARLY_FACTOR`` times the work it has done: a job's first
+  minutes are its steepest, so a new job's loss starts to fall at once instead of waiting
+  behind every shorter job (Smith's rule for the milestone "90% of its loss reduction"
+  before the completion, with the steep part's end estimated from the work done so far).
 * **A new job** (:func:`placement_delta`): on the worker where it adds the least to the
   predicted sum of completion times of that worker's jobs (its own included), each worker
   modelled as one machine of ``cpus x speed`` capacity whose jobs cannot run faster than their
@@ -26,15 +31,20 @@ Pure: state in, decisions out.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specon.core.categorize import Category
 from specon.core.scoring import Weights
 from specon.core.speedup import Curve, thread_speed
 
 WEIGHTS = Weights()
-#: A job in the system for more than this many times what it needs alone is served first.
+#: A job in the system for more than this many times what it needs alone gets its equal share
+#: of the node first (never more cores than that: under overload most jobs are starved, and
+#: giving each as many cores as it can hold spends CPU where its speed-up is flat).
 STARVED = 3.0
+#: On a node a progressing job is ordered by the smaller of its weighted work left and this
+#: many times the work it has done (docs/algorithms.md, "Early progress").
+EARLY_FACTOR = 2.0
 #: Cores every job keeps at least (CFS quota floor), and the share of a node the floors may take.
 FLOOR_CORES = 0.05
 FLOOR_SHARE = 0.2
@@ -55,6 +65,8 @@ class JobLoad:
     #: Held back too long (it has been in the system over STARVED times what it needs
     #: alone): served before every job that is not.
     starved: bool = False
+    #: Work it has done so far (the unit of ``work``); None when not known.
+    attained: float | None = None
 
     def speed(self, cores: float) -> float:
         if self.threads is None:
@@ -76,8 +88,11 @@ class NodeLoad:
 
 def _key(job: JobLoad, weights: Weights) -> tuple[bool, float]:
     """Order of service: starved jobs first, then least work left, scaled by the category's
-    weight."""
-    return (not job.starved, job.work * weights.converged / max(weights.of(job.category), 1e-9))
+    weight; a progressing job's key is at most EARLY_FACTOR times the work it has done."""
+    key = job.work * weights.converged / max(weights.of(job.category), 1e-9)
+    if job.attained is not None and job.category is Category.PROGRESSING:
+        key = min(key, EARLY_FACTOR * job.attained)
+    return (not job.starved, key)
 
 
 def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS,
@@ -95,10 +110,13 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
                        j.cap) for j in jobs}
     left = cpus - sum(out.values())
     order = sorted(jobs, key=lambda j: (_key(j, weights), j.name))
-    for j in order:  # starved jobs first, as much as they can use
+    equal = cpus / len(jobs)
+    for j in order:  # starved jobs first, up to their equal share
         if not j.starved or left <= 1e-12:
             break
-        give = min(j.cap - out[j.name], left)
+        give = min(j.cap - out[j.name], equal - out[j.name], left)
+        if give <= 0:
+            continue
         out[j.name] += give
         left -= give
     for j in order:
@@ -231,9 +249,7 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
                 for dst in nodes:
                     if dst.name == src.name or dst.name in used:
                         continue
-                    moved = JobLoad(j.name, j.work, j.curve, j.cap, j.category, j.threads,
-                                    j.starved)
-                    added = placement_delta(dst, moved, weights)
+                    added = placement_delta(dst, replace(j, attained=None), weights)
                     cost = cost_s.get(j.name, 0.0)
                     gain = saved - added - margin * cost
                     if gain > 0 and (best is None or gain > best.gain_s):
@@ -265,15 +281,17 @@ def measured_load(name: str, step: float, total: float | None, cpu_s: float, cpu
     per_step = cpu_s / done
     left = max(0.0, total - step) if total is not None else step
     starved = total is not None and age_s > STARVED * total * per_step / cpus
-    return reported_load(name, max(0.0, left) * per_step, cpus, category, starved)
+    return reported_load(name, max(0.0, left) * per_step, cpus, category, starved,
+                         attained=step * per_step)
 
 
 def reported_load(name: str, work: float, cpus: float,
-                  category: Category = Category.PROGRESSING, starved: bool = False) -> JobLoad:
+                  category: Category = Category.PROGRESSING, starved: bool = False,
+                  attained: float | None = None) -> JobLoad:
     """A job on a real node of ``cpus`` CPUs with ``work`` CPU-seconds left (what its agent
     reports): its speed-up is not known there, so linear up to the node's CPUs."""
     curve = Curve.of([(1.0, 1.0)] if cpus <= 1 else [(1.0, 1.0), (cpus, cpus)])
-    return JobLoad(name, work, curve, cpus, category, starved=starved)
+    return JobLoad(name, work, curve, cpus, category, starved=starved, attained=attained)
 
 
 def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,

@@ -368,7 +368,7 @@ class Simulator:
         else:
             cap = threads = min(self._demand_on(job, w), w.cpus)
         return JobLoad(job.spec.name, self._work_left(job), job.curve, cap, job.cat.category,
-                       threads, self._starved(job))
+                       threads, self._starved(job), job.done * job.cost_seen)
 
     def _starved(self, job: _Job) -> bool:
         """In the system for over STARVED times its declared run alone at its best speed."""
@@ -543,6 +543,7 @@ class Simulator:
         job.done = job.end_iter
         job.state = "done"
         job.result.finish_s = self.now
+        job.result.cpu_s = job.attained
         self._leave(job, w)
         self.remaining -= 1
 

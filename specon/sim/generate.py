@@ -49,6 +49,12 @@ class Shape:
                 raise ValueError(f"{name}: must be in [0, 1], got {v}")
 
 
+#: Shapes outside the suite's default draws (issue 28: where a policy tuned on the default draws
+#: can lose), each a family of the widened suite (benchmarks/suite.py --family widened), with
+#: the first seed of its workloads (so that a family's workload N is the same everywhere).
+FAMILIES: dict[str, tuple[int, Shape]] = {}
+
+
 def _arrivals(rng: random.Random, kind: str, n: int, window: float) -> list[float]:
     if kind == "poisson":
         times = sorted(rng.uniform(0.0, window) for _ in range(n))
@@ -140,6 +146,28 @@ def generate(seed: int, profiles: dict[str, Profile], shape: Shape | None = None
         "profiles": {n: profiles[n].model_dump(exclude_none=True) for n in used},
         "jobs": jobs,
     }
+
+
+FAMILIES.update({
+    "standard": (0, Shape()),
+    # 2-3 workers offered 2-6 times what they can serve
+    "overload": (1000, Shape(workers=(2, 3), load=(2.0, 6.0))),
+    # per-core speeds 0.25-4 (a 16x spread)
+    "heterogeneous": (2000, Shape(speed=(0.25, 4.0))),
+    # 16-64 workers, 60-200 jobs
+    "large": (3000, Shape(workers=(16, 64), jobs=(60, 200))),
+    # run times 1-240 minutes, log-uniform (a heavy tail of long jobs)
+    "heavy-tailed": (4000, Shape(minutes=(1.0, 240.0))),
+})
+
+
+def family_workload(family: str, index: int) -> Workload:
+    """Workload ``index`` (0, 1, ...) of a family of FAMILIES."""
+    try:
+        first, shape = FAMILIES[family]
+    except KeyError:
+        raise ValueError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})") from None
+    return random_workload(first + index, shape)
 
 
 def random_workload(seed: int, shape: Shape | None = None) -> Workload:

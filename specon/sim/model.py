@@ -74,6 +74,7 @@ class JobResult:
     migrations: list[dict[str, Any]] = field(default_factory=list)
     marked_s: float | None = None  # when SpeCon marked it migrated (moved or judged best)
     first_worker: str | None = None
+    cpu_s: float = 0.0  # CPU-seconds it was given over its whole run (its limits' integral)
 
     @property
     def completion_s(self) -> float:

@@ -74,9 +74,17 @@ def test_the_progress_policy_gives_the_node_to_the_job_with_least_work_left() ->
     agent.next_poll = 0.0
     agent.step(61.0)  # a poll: its first step re-divides the node at once
     cores = {cid: v * 2 for cid, v in agent.control.shares.items()}
+    # 990 s left, but 10 s done: its key is 2 x 10 s (EARLY_FACTOR), under SHORT's 50 / 2 and
+    # LONG's min(900 / 2, 2 x 100): a job's first minutes are its steepest
+    assert cores[NEW] > cores[SHORT] > cores[LONG], cores
+    agent.jobs[NEW].step = 300
+    meter.ns[NEW] = 300 * 10**9  # 700 s left, 300 s done: now the longest by either measure
+    agent._divide(62.0)
+    cores = {cid: v * 2 for cid, v in agent.control.shares.items()}
     assert cores[SHORT] > cores[LONG] > cores[NEW], cores
     report = {j.pod: j for j in agent.heartbeat(61.0).jobs}
     assert report[f"p-{SHORT}"].work_s == pytest.approx(50.0)
+    assert report[f"p-{SHORT}"].work_done_s == pytest.approx(950.0)
     assert report[f"p-{LONG}"].step == 100
 
 

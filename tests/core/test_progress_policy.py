@@ -41,9 +41,32 @@ def test_a_progressing_job_goes_before_a_converged_one_with_less_than_twice_its_
     assert node_shares(1, [c, b])["cc"] > node_shares(1, [c, b])["pc2"]
 
 
-def test_a_starved_job_is_served_first():
-    shares = node_shares(4, [job("starved", 1e6, CNN, cap=4, starved=True), job("s", 1)])
-    assert shares["starved"] == pytest.approx(4 - 0.05)
+def test_a_starved_job_gets_its_equal_share_back_first():
+    shares = node_shares(4, [job("starved", 1e6, CNN, cap=4, starved=True), job("s", 1),
+                             job("t", 2)])
+    assert shares["starved"] >= 4 / 3 - 1e-9
+    assert shares["s"] == pytest.approx(1.0)
+
+
+def test_starved_jobs_never_take_more_than_their_equal_share_first():
+    """Issue 28's overload case: when most jobs count as starved, each used to get as many
+    cores as it could hold, in order, even where its speed-up was flat; now each gets its equal
+    share first, and the spare cores go where they raise a speed the most."""
+    flat = Curve.of([(1, 1.0), (2, 1.05), (8, 1.1)])
+    jobs = [job(f"j{i}", 100 * (i + 1), flat, cap=8, starved=True) for i in range(4)]
+    shares = node_shares(8, jobs)
+    assert shares == pytest.approx({j.name: 2.0 for j in jobs})
+
+
+def test_a_progressing_job_counts_at_most_twice_the_work_it_has_done():
+    """A new job (little done) goes before a shorter job that has done much more: a job's
+    first minutes are its steepest (EARLY_FACTOR)."""
+    new = job("new", 1000, attained=10.0)
+    old = job("old", 200, attained=800.0)
+    assert node_shares(1, [new, old])["new"] > node_shares(1, [new, old])["old"]
+    # without its early key (a converged job) the shorter one goes first again
+    new_cc = job("new", 1000, attained=10.0, category=Category.CONVERGED)
+    assert node_shares(1, [new_cc, old])["old"] > node_shares(1, [new_cc, old])["new"]
 
 
 @given(st.floats(0.5, 64), st.lists(st.tuples(st.floats(0.1, 1e5), st.floats(0.1, 16),

@@ -1,0 +1,76 @@
+"""Issue 28: the shipped policy against the default scheduler where it used to lose, each case
+run by the simulator on workloads outside the random suite's draws. Every test here failed
+before the rules of specon.core.progress changed (starved jobs capped at their equal share,
+a progressing job's key at most EARLY_FACTOR times its work done); the figures beside each
+are what the old rules gave. The widened suite itself is a benchmark (benchmarks/suite.py)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from specon.core.policy import SHIPPED
+from specon.sim.experiments import EXPERIMENTS
+from specon.sim.generate import Shape, random_workload
+from specon.sim.model import RunResult, SimConfig
+from specon.sim.runner import run_one
+
+pytestmark = pytest.mark.slow
+
+#: Overload: 2-3 workers offered 2-6 times what they can serve.
+OVERLOAD = Shape(workers=(2, 3), load=(2.0, 6.0))
+CONFIG = SimConfig(record_timeline=False)
+
+
+def _pair(workload, config: SimConfig = CONFIG, seed: int = 0) -> tuple[RunResult, RunResult]:
+    return run_one(workload, "default", config, seed), run_one(workload, SHIPPED, config, seed)
+
+
+def test_overloaded_nodes_spend_no_more_cpu_than_equal_shares_on_the_same_jobs():
+    """Under overload most jobs count as starved; each used to get as many cores and threads as
+    it could hold, where its speed-up was flat: on workload 1009 the shipped policy gave
+    1.53 times the CPU-seconds default gave for the same jobs (0.95 now)."""
+    for index in range(1000, 1012):
+        base, mine = _pair(random_workload(index, OVERLOAD))
+        used_base = sum(j.cpu_s for j in base.jobs)
+        used_mine = sum(j.cpu_s for j in mine.jobs)
+        assert used_mine <= used_base, (index, used_mine / used_base)
+
+
+def test_overload_gains_average_completion_and_keeps_makespan():
+    """The old rules lost makespan by up to 49% on these shapes and time to 90% by up to 114%;
+    average completion must gain, and makespan and time to 90% of the loss reduction stay
+    within the issue's bars (5% and 10%), as means over two seeds like the suite's."""
+    keys = ("avg_completion_s", "makespan_s", "avg_time_to_90_s")
+    for index in range(1000, 1012):
+        workload = random_workload(index, OVERLOAD)
+        runs = [_pair(workload, seed=seed) for seed in (0, 1)]
+        b = {k: statistics.fmean(base.summary()[k] for base, _ in runs) for k in keys}
+        m = {k: statistics.fmean(mine.summary()[k] for _, mine in runs) for k in keys}
+        assert m["avg_completion_s"] < b["avg_completion_s"], index
+        assert m["makespan_s"] <= 1.05 * b["makespan_s"], (index, m["makespan_s"] / b["makespan_s"])
+        assert m["avg_time_to_90_s"] <= 1.10 * b["avg_time_to_90_s"], (index, m, b)
+
+
+def test_paper30_time_to_90_is_no_worse_than_default():
+    """paper-30's time to 90% of the loss reduction was +23% against default (new jobs waited
+    behind every shorter one); a job's first minutes now come first."""
+    build = EXPERIMENTS["paper-30"].build
+    base, mine = [], []
+    for seed in range(3):
+        b, m = _pair(build(seed), seed=seed)
+        base.append(b.summary()["avg_time_to_90_s"])
+        mine.append(m.summary()["avg_time_to_90_s"])
+    assert statistics.fmean(mine) <= statistics.fmean(base)
+
+
+def test_time_to_90_without_declared_totals_and_with_misjudged_costs():
+    """Half the jobs declare no total and every step cost is misjudged by up to 50%: the old
+    rules lost up to 73% time to 90% (workloads 3, 8 and 14 of the suite: +62%, +73%, +24%);
+    none may now lose more than 10%."""
+    config = SimConfig(record_timeline=False, unknown_total_share=0.5, cost_error=0.5)
+    for index in (3, 8, 14):
+        base, mine = _pair(random_workload(index), config)
+        b, m = base.summary()["avg_time_to_90_s"], mine.summary()["avg_time_to_90_s"]
+        assert m <= 1.10 * b, (index, m / b)
