@@ -355,7 +355,7 @@ class Agent:
         if threads_for_limit(cores, self.actuator.node_cpus) == job.threads_hint:
             return
         written = write_thread_hint(job.target.checkpoint_dir, cores, self.actuator.node_cpus,
-                                    job.target.name)
+                                    job.target.name, opener=lambda: self._checkpoint_dirfd(job))
         if written is not None:
             job.threads_hint = written
 
