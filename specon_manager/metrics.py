@@ -27,7 +27,7 @@ class ManagerMetrics:
             "specon_agent_auth_refusals_total",
             "Agent calls refused for their credential, by reason (missing, malformed, "
             "unknown_token, expired, audience, not_authenticated, not_agent, unbound, "
-            "unavailable; docs/security.md).", ["reason"], registry=r)
+            "unavailable, throttled; docs/security.md).", ["reason"], registry=r)
         self.token_reviews = Counter(
             "specon_agent_token_reviews_total",
             "TokenReviews sent to the API server for agents' tokens not in the cache.",

@@ -69,6 +69,10 @@ class ManagerSettings(BaseSettings):
     #: expires); a refused one is remembered ``agent_auth_refused_ttl_s``.
     agent_auth_ttl_s: Positive = 60.0
     agent_auth_refused_ttl_s: Positive = 10.0
+    #: At most this many TokenReviews a second on average (bursts of twice as many), over
+    #: every path that reviews a token; a token over the ceiling is answered 503 (the agent
+    #: retries) and not remembered. At most 4 reviews run at once.
+    agent_auth_reviews_per_s: Positive = 50.0
     #: At most this many token answers are remembered (least recently used first out).
     agent_auth_cache_entries: int = Field(default=10_000, ge=1)
     #: File of agent credentials, one ``TOKEN NODE`` pair per line (``#`` comments allowed).
