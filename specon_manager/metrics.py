@@ -46,6 +46,11 @@ class ManagerMetrics:
         self.bodies_refused = Counter(
             "specon_request_bodies_refused_total", "Requests refused for their body size.",
             registry=r)
+        self.bodies_dropped = Counter(
+            "specon_request_bodies_dropped_total",
+            "Request bodies not read: not complete within body_timeout_s (timeout), or "
+            "unauthenticated ones over max_unauthenticated_bodies at once (busy).", ["reason"],
+            registry=r)
         self.heartbeat_streams = Gauge(
             "specon_heartbeat_streams",
             "Agents' heartbeat streams open now (POST /v1/heartbeats).", registry=r)
