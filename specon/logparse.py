@@ -1,5 +1,6 @@
 """Reads training progress (step, loss, metrics) out of container logs, fed in chunks as the
-agent tails them. Pure: no I/O, no clock; junk is counted and skipped, never raised."""
+agent tails them. Pure: no I/O, and no clock but the one that bounds a user's pattern; junk is
+counted and skipped, never raised."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import codecs
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import regex as _user_re  # a user's pattern runs here: it takes a per-search timeout
@@ -63,6 +65,7 @@ class Counters:
     non_finite: int = 0  # records whose loss is nan or inf
     oversized: int = 0  # segments longer than the limit, dropped
     regex_timeouts: int = 0  # lines the user's pattern gave up on (backtracking past the bound)
+    regex_skipped: int = 0  # lines the user's pattern was not tried on: its budget was spent
     duplicates: int = 0  # a progress bar redrawn with the same values
 
 
@@ -87,6 +90,8 @@ class LogParser:
         loss_keys: Iterable[str] = DEFAULT_LOSS_KEYS,
         max_line: int = 64 * 1024,
         regex_timeout_s: float = 0.05,
+        regex_budget_s: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.counters = Counters()
         self.loss_keys = tuple(k.lower() for k in loss_keys)
@@ -95,6 +100,14 @@ class LogParser:
         #: must not stall the agent's loop, so every search is bounded in time and a line it
         #: gives up on is counted and skipped.
         self.regex_timeout_s = regex_timeout_s
+        #: And all its searches together, between two calls of :meth:`new_budget` (the agent:
+        #: one poll), take at most about ``regex_budget_s`` (None: no such bound): once it is
+        #: spent, the remaining lines go to the built-in parsers only.
+        self.regex_budget_s = regex_budget_s
+        self._budget_left = regex_budget_s
+        #: Whether the user's pattern spent its budget since the last :meth:`new_budget`.
+        self.budget_spent = False
+        self._clock = clock
         try:
             self._regex = _user_re.compile(regex) if regex else None
         except (_user_re.error, ValueError, TypeError) as exc:
@@ -105,6 +118,19 @@ class LogParser:
         self._pending = ""
         self._epoch: tuple[int, int] | None = None  # (epoch, 0 or 1 for 0-/1-based)
         self._last: Record | None = None
+
+    @property
+    def has_regex(self) -> bool:
+        return self._regex is not None
+
+    def new_budget(self) -> None:
+        """Give the user's pattern its full time budget again (a new poll)."""
+        self._budget_left = self.regex_budget_s
+        self.budget_spent = False
+
+    def drop_regex(self) -> None:
+        """Stop using the user's pattern: from now on the built-in parsers read every line."""
+        self._regex = None
 
     # -- feeding ----------------------------------------------------------------------
     def feed(self, chunk: bytes | str) -> list[Record]:
@@ -173,11 +199,24 @@ class LogParser:
 
     def _user(self, text: str) -> Record | None:
         assert self._regex is not None
+        timeout = self.regex_timeout_s
+        left = self._budget_left
+        if left is not None:
+            if left <= 0:
+                self.counters.regex_skipped += 1
+                return None
+            timeout = min(timeout, left)
+        start = self._clock()
         try:
-            match = self._regex.search(text, timeout=self.regex_timeout_s)
+            match = self._regex.search(text, timeout=timeout)
         except TimeoutError:
             self.counters.regex_timeouts += 1
             return None
+        finally:
+            if left is not None:
+                self._budget_left = left - (self._clock() - start)
+                if self._budget_left <= 0:
+                    self.budget_spent = True
         if match is None:
             return None
         groups = match.groupdict()

@@ -263,6 +263,10 @@ class Agent:
             job.qos.add(self.clock(), reading.steps, reading.losses)
         if reading.parse_errors:
             self.metrics.parse_errors.inc(reading.parse_errors)
+        if reading.regex_dropped:
+            self.metrics.user_regex_disabled.inc()
+            log.warning("%s: its loss-regex spent its time budget in %d polls: dropped, the "
+                        "built-in parsers read its lines", job.target.name, job.source.strikes)
         st = job.source.stats
         seen = job.stats_seen
         if st.rotations > seen[0]:
@@ -355,7 +359,7 @@ class Agent:
         if threads_for_limit(cores, self.actuator.node_cpus) == job.threads_hint:
             return
         written = write_thread_hint(job.target.checkpoint_dir, cores, self.actuator.node_cpus,
-                                    job.target.name)
+                                    job.target.name, opener=lambda: self._checkpoint_dirfd(job))
         if written is not None:
             job.threads_hint = written
 

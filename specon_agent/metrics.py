@@ -66,6 +66,10 @@ class AgentMetrics:
         self.parse_errors = Counter(
             "specon_agent_parse_errors_total",
             "Log or progress lines that could not be decoded or parsed.", registry=r)
+        self.user_regex_disabled = Counter(
+            "specon_agent_user_regex_disabled_total",
+            "Jobs whose own loss-regex was dropped: it spent its time budget in too many polls "
+            "(the built-in parsers read their lines since; docs/security.md).", registry=r)
         self.log_rotations = Counter(
             "specon_agent_log_rotations_total", "Followed files found rotated or truncated.",
             ["kind"], registry=r)

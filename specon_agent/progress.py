@@ -3,6 +3,11 @@ parsed into loss values by the core's incremental parser (specon/logparse.py).
 
 The loss is read from one source per job, never two (the SDK writes each record both to its
 progress file and to stdout): the progress file when the agent can see it, else the log.
+
+A user's pattern (``specon.io/loss-regex``) comes from the pod: each search is bounded
+(:class:`specon.logparse.LogParser`), and all its searches in one poll together get
+:data:`REGEX_BUDGET_S`; a pattern that spends its budget in :data:`REGEX_STRIKES` polls is
+dropped for the job, whose lines then go to the built-in parsers only.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from specon.logparse import LogParser
 
 from .tail import FileTail, TailStats, decoder_for
 
+#: The time a job's own pattern may take in one poll, over all its lines (seconds).
+REGEX_BUDGET_S = 0.2
+#: Polls in which a pattern spends its whole budget before it is dropped for the job.
+REGEX_STRIKES = 3
+
 
 @dataclass
 class Reading:
@@ -23,6 +33,8 @@ class Reading:
     parse_errors: int
     #: The step each loss was logged at (None where the log did not say), same length.
     steps: list[int | None] = field(default_factory=list)
+    #: The job's pattern was dropped in this poll (it spent its budget too often).
+    regex_dropped: bool = False
 
 
 class ProgressSource:
@@ -39,6 +51,8 @@ class ProgressSource:
         regex: str | None = None,
         path_fn: Callable[[], Path | None] | None = None,
         root: Path | None = None,
+        regex_budget_s: float = REGEX_BUDGET_S,
+        regex_strikes: int = REGEX_STRIKES,
     ) -> None:
         self.kind = kind
         self.path = path
@@ -46,10 +60,17 @@ class ProgressSource:
         self._root = root
         self._tail = FileTail(path, tail_bytes=tail_bytes, root=root)
         self._decoder = decoder_for(kind)
-        self._parser = LogParser(regex=regex)
+        self.regex_budget_s = regex_budget_s
+        self.regex_strikes = regex_strikes
+        #: Polls in which the pattern spent its whole budget so far.
+        self.strikes = 0
+        self._parser = self._new_parser()
         self._errors_seen = 0
         self._path_fn = path_fn
         self.last_loss: float | None = None
+
+    def _new_parser(self) -> LogParser:
+        return LogParser(regex=self._regex, regex_budget_s=self.regex_budget_s)
 
     def close(self) -> None:
         self._tail.close()
@@ -74,7 +95,7 @@ class ProgressSource:
                 self._tail = FileTail(current, tail_bytes=None, stats=self._tail.stats,
                                       root=self._root)
                 self._decoder = decoder_for(self.kind)
-                self._parser = LogParser(regex=self._regex)
+                self._parser = self._new_parser()
                 self._errors_seen = 0
         try:
             raw = self._tail.read_lines()
@@ -83,10 +104,18 @@ class ProgressSource:
         decoded = self._decoder.feed(raw)
         losses: list[float] = []
         steps: list[int | None] = []
+        self._parser.new_budget()
         for line in decoded.lines:
             for rec in self._parser.feed(line + "\n"):
                 losses.append(rec.loss)
                 steps.append(rec.step)
                 if math.isfinite(rec.loss):
                     self.last_loss = rec.loss
-        return Reading(losses, decoded.errors + self._parser_errors(), steps)
+        dropped = False
+        if self._parser.budget_spent and self._parser.has_regex:
+            self.strikes += 1
+            if self.strikes >= self.regex_strikes:
+                self._parser.drop_regex()
+                self._regex = None  # and for a new file of the job's (a restart) too
+                dropped = True
+        return Reading(losses, decoded.errors + self._parser_errors(), steps, dropped)

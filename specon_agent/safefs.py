@@ -4,15 +4,19 @@ Every such path is opened beneath a root the operator configured, with no symlin
 any component and no ``..`` leaving the root: ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)``
 where the kernel has it, else one ``O_NOFOLLOW`` open per component from a directory fd. Files
 are opened ``O_NONBLOCK`` (a FIFO cannot hang the agent's loop) and must be regular files
-(``fstat``), so neither ``/dev/zero`` nor a FIFO nor a directory is ever read.
+(``fstat``), so neither ``/dev/zero`` nor a FIFO nor a directory is ever read. A write
+creates an unguessable temporary name exclusively (``O_EXCL | O_NOFOLLOW | O_NONBLOCK``) and
+renames it into place, so nothing the pod planted in its folder is ever opened for writing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import hashlib
 import os
+import secrets
 import stat
 from pathlib import Path, PurePosixPath
 
@@ -143,12 +147,17 @@ def read_beneath(root: Path | str | int, rel: str | PurePosixPath, limit: int) -
         os.close(fd)
 
 
-def write_beneath(root: Path | str | int, rel: str | PurePosixPath, data: bytes) -> None:
+def write_beneath(root: Path | str | int, rel: str | PurePosixPath, data: bytes,
+                  mode: int = 0o644) -> None:
     """Write ``data`` to ``root/rel`` atomically (temp file + rename in the same confined
-    folder); neither the folder nor the file may be reached through a symlink or ``..``."""
+    folder); neither the folder nor the file may be reached through a symlink or ``..``.
+
+    The folder is the pod's own: whatever it planted there (a FIFO, a symlink, a file) is
+    never opened. The temporary name is unguessable and created with ``O_EXCL | O_NOFOLLOW |
+    O_NONBLOCK`` (a name that exists fails instead of being opened); the rename replaces
+    whatever ``rel`` was, without opening it."""
     parts = relative_parts(rel)
     name = parts[-1]
-    tmp = f".{name}.tmp-{os.getpid()}"
     dirparts = parts[:-1]
     rootfd = _rootfd(root)
     try:
@@ -156,15 +165,24 @@ def write_beneath(root: Path | str | int, rel: str | PurePosixPath, data: bytes)
                if dirparts else os.dup(rootfd))
     finally:
         os.close(rootfd)
+    tmp = f".{name}.tmp-{secrets.token_hex(16)}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644, dir_fd=dfd)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        try:  # from here on the temporary file is ours: removed if anything fails
+            try:
+                os.fchmod(fd, mode)  # exactly this mode, whatever the agent's umask
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
     finally:
         os.close(dfd)
 

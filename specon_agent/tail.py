@@ -8,8 +8,10 @@ found already large is read from its last ``tail_bytes`` only, and one poll read
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -24,6 +26,16 @@ MAX_LINE = 1 << 20
 #: truncated and rewritten past our offset between two polls has the same inode and a larger
 #: size, so only its content shows that it is no longer the file we read.
 CHECK_BYTES = 64
+
+
+def _open_regular(path: Path) -> int:
+    """An fd for ``path`` (symlinks followed: no root to confine it to), opened without
+    blocking (a FIFO would hang the loop) and only when it is a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfinementError(errno.EINVAL, f"{str(path)!r} is not a regular file")
+    return fd
 
 
 @dataclass
@@ -75,7 +87,7 @@ class FileTail:
     def _open(self) -> bool:
         try:
             if self.root is None:
-                f = open(self.path, "rb")  # noqa: SIM115  (kept open across polls)
+                f = os.fdopen(_open_regular(self.path), "rb")
             else:
                 rel = self.path.relative_to(self.root)
                 f = os.fdopen(open_beneath(self.root, str(rel)), "rb")

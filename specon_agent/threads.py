@@ -7,24 +7,29 @@ small function.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from specon.core.threads import threads_for_limit
 from specon.sdk.threads import THREADS_FILE
 
+from .safefs import write_beneath
+
 log = logging.getLogger(__name__)
 
 
 def write_thread_hint(
-    directory: Path, limit_cores: float | None, visible_cores: float, name: str = ""
+    directory: Path, limit_cores: float | None, visible_cores: float, name: str = "",
+    opener: Callable[[], int] | None = None,
 ) -> int | None:
-    """Write the hint for ``limit_cores`` (None: unlimited) atomically (temp file in the same
-    directory, then rename); the thread count written, or None when it could not be."""
+    """Write the hint for ``limit_cores`` (None: unlimited) atomically (an unguessable
+    temporary file in the same folder, then rename: :func:`specon_agent.safefs.write_beneath`);
+    the thread count written, or None when it could not be. ``opener`` gives an fd for the
+    folder opened confined (the agent's, for a folder named by a pod); without it the
+    folder is ``directory`` as it is."""
     threads = threads_for_limit(limit_cores, visible_cores)
     body = {
         "threads": threads,
@@ -32,18 +37,15 @@ def write_thread_hint(
         "visible_cores": visible_cores,
     }
     path = directory / THREADS_FILE
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-threads-")
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide it from a job running as another user
-        with os.fdopen(fd, "w") as f:
-            json.dump(body, f)
-        os.replace(tmp, path)
-    except OSError as exc:
+        dfd = opener() if opener is not None else os.open(
+            directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            write_beneath(dfd, THREADS_FILE, json.dumps(body).encode())
+        finally:
+            os.close(dfd)
+    except OSError as exc:  # a refusal of the confinement too (ConfinementError)
         log.warning("cannot write the thread hint %s: %s", path, exc)
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         return None
     log.info("thread hint for %s: %d threads (limit %s cores)", name or directory, threads,
              "unlimited" if limit_cores is None else f"{limit_cores:.3f}")

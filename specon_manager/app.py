@@ -12,11 +12,9 @@ No ``from __future__ import annotations`` here: FastAPI must see the real annota
 routes, which name dependencies local to :func:`create_app`."""
 
 
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
 import anyio
@@ -26,7 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from specon.core.policy import lookup
 from specon.core.scoring import Weights
@@ -48,6 +46,20 @@ from specon_manager.extender import (
     prioritize_nodes,
 )
 from specon_manager.identity import MAX_TOKEN_BYTES, Refusal, StaticTokens, TokenReviewer
+from specon_manager.intake import (
+    AGENT_PREFIX,
+    EXTENDER_PATHS,
+    NODE_KEY,
+    STREAM_PATH,
+    Answer,
+    BodySlots,
+    Intake,
+    RequestGate,
+    has_body,
+    header,
+    send_answer,
+)
+from specon_manager.intake import json_answer as _json
 from specon_manager.kube import KubeError
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.qos_book import QosBook
@@ -57,10 +69,7 @@ from specon_manager.status import router as status_router
 
 log = logging.getLogger(__name__)
 
-AGENT_PATHS = ("/v1/",)
-EXTENDER_PATHS = ("/filter", "/prioritize")
-#: One agent's heartbeats on one long-lived request (see :meth:`HotRoutes.stream`).
-STREAM_PATH = "/v1/heartbeats"
+AGENT_PATHS = (AGENT_PREFIX,)
 HOT_PATHS = frozenset({"/v1/heartbeat", STREAM_PATH, *EXTENDER_PATHS})
 #: Extender bodies larger than this are decoded and answered on a worker thread, one at a
 #: time, so that a large body never holds the event loop (heartbeats keep flowing).
@@ -91,19 +100,6 @@ class LoopHealth(Protocol):
     def readiness(self) -> str | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A handler's answer: status, JSON body, extra headers."""
-
-    status: int
-    body: bytes
-    headers: tuple[tuple[bytes, bytes], ...] = ()
-
-
-def _json(status: int, obj: Any, headers: tuple[tuple[bytes, bytes], ...] = ()) -> Answer:
-    return Answer(status, orjson.dumps(obj), headers)
-
-
 #: A standby replica's answer to heartbeats and extender calls. Its state is not the leader's
 #: (no heartbeats since the agents moved on, no reservations), so it must not be used; and the
 #: connection is closed, so that the caller's next request opens a new one, which the Service
@@ -117,111 +113,6 @@ def _problems(exc: ValidationError) -> list[dict[str, Any]]:
     # The first 20 errors, without the input (it can be large, and it is the caller's own).
     return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors(include_url=False, include_input=False)[:20]]
-
-
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | Answer:
-    """The request body, or the refusal: 413 at once when Content-Length is over ``limit``
-    (nothing read), or as soon as the streamed bytes pass it."""
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                length = int(value)
-            except ValueError:
-                return _json(400, {"detail": "Content-Length is not a number"})
-            if length > limit:
-                return _json(413, {"detail": f"request body of {length} bytes is over the "
-                                             f"limit of {limit} bytes"})
-    chunks: list[bytes] = []
-    seen = 0
-    while True:
-        msg = await receive()
-        if msg["type"] != "http.request":
-            return Answer(499, b"")  # the client went away
-        chunk = msg.get("body", b"")
-        seen += len(chunk)
-        if seen > limit:
-            return _json(413, {"detail": f"request body over the limit of {limit} bytes"})
-        chunks.append(chunk)
-        if not msg.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def send_answer(send: Send, a: Answer) -> None:
-    headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(a.body)).encode()), *a.headers]
-    if a.status == 413:
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": a.status, "headers": headers})
-    await send({"type": "http.response.body", "body": a.body})
-
-
-class BodyLimit:
-    """Refuses a body over the path's limit with 413: at once when Content-Length says so
-    (before a byte of the body is read), otherwise as soon as the streamed body passes it
-    (the body is read here, then replayed to the app)."""
-
-    def __init__(self, app: ASGIApp, agent_limit: int, extender_limit: int,
-                 on_refuse: Callable[[], None]) -> None:
-        self.app = app
-        self.agent_limit = agent_limit
-        self.extender_limit = extender_limit
-        self.on_refuse = on_refuse
-
-    def _limit(self, path: str) -> int:
-        if path.startswith(EXTENDER_PATHS):
-            return self.extender_limit
-        return self.agent_limit
-
-    async def _refuse(self, send: Send, status: int, detail: str) -> None:
-        self.on_refuse()
-        body = json.dumps({"detail": detail}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD"):
-            await self.app(scope, receive, send)
-            return
-        limit = self._limit(scope.get("path", ""))
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    length = int(value)
-                except ValueError:
-                    await self._refuse(send, 400, "Content-Length is not a number")
-                    return
-                if length > limit:
-                    await self._refuse(send, 413, f"request body of {length} bytes is over the "
-                                                  f"limit of {limit} bytes")
-                    return
-        chunks: list[bytes] = []
-        seen = 0
-        while True:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                return  # the client went away
-            chunk = msg.get("body", b"")
-            seen += len(chunk)
-            if seen > limit:
-                await self._refuse(send, 413, f"request body over the limit of {limit} bytes")
-                return
-            chunks.append(chunk)
-            if not msg.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
 
 
 class ListenerSplit:
@@ -240,8 +131,8 @@ class ListenerSplit:
             path = scope.get("path", "")
             allowed = (path in EXTENDER_PATHS or path == "/healthz") if on_extender else (
                 path not in EXTENDER_PATHS)
-            if not allowed:
-                await send_answer(send, _json(404, {"detail": "Not Found"}))
+            if not allowed:  # unread: the connection is closed when a body was sent
+                await send_answer(send, _json(404, {"detail": "Not Found"}), close=has_body(scope))
                 return
         await self.app(scope, receive, send)
 
@@ -434,11 +325,11 @@ class HotRoutes:
     """A plain ASGI app for ``POST /v1/heartbeat``, ``/v1/heartbeats``, ``/filter`` and
     ``/prioritize``: bounded body read, then :class:`Handlers`."""
 
-    def __init__(self, handlers: Handlers) -> None:
+    def __init__(self, handlers: Handlers, intake: Intake) -> None:
         self.h = handlers
+        self.intake = intake
         s = handlers.settings
         self.agent_limit = s.max_agent_body_bytes
-        self.extender_limit = s.max_extender_body_bytes
         self.extender_port = s.extender_port
         # A stream with no heartbeat for as long as makes its node stale is ended.
         self.stream_idle_s = s.heartbeat_interval_s * s.stale_after_intervals
@@ -456,7 +347,7 @@ class HotRoutes:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         if path in EXTENDER_PATHS:
-            body = await read_body(scope, receive, self.extender_limit)
+            body = await self.intake.extender_body(scope, receive)
             if isinstance(body, Answer):
                 await self._refuse(send, body)
                 return
@@ -468,19 +359,19 @@ class HotRoutes:
                                                         limiter=self.h.big)
             await send_answer(send, answer)
             return
-        authorization = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-                break
+        authorization = header(scope, b"authorization")
         if path == STREAM_PATH:
             await self.stream(authorization, receive, send)
             return
-        body = await read_body(scope, receive, self.agent_limit)
+        # The token first: a refused caller's body is never read (docs/security.md).
+        node = await self.h.agent_node_async(authorization)
+        if isinstance(node, Answer):
+            await send_answer(send, node, close=True)
+            return
+        body = await self.intake.agent_body(scope, receive)
         if isinstance(body, Answer):
             await self._refuse(send, body)
             return
-        node = await self.h.agent_node_async(authorization)
         await send_answer(send, self.h.heartbeat(node, body))
 
     async def stream(self, authorization: str | None, receive: Receive, send: Send) -> None:
@@ -497,7 +388,7 @@ class HotRoutes:
         node = self.h.agent_answer(token) if isinstance(token, Refusal) else (
             await self.h.token_node(token))
         if isinstance(node, Answer):
-            await send_answer(send, node)
+            await send_answer(send, node, close=True)
             return
         if self.h.standby():  # 503 and the connection closed, as for a single heartbeat
             self.h.c_standby.inc()
@@ -569,11 +460,8 @@ class HotRoutes:
                             "more_body": more})
 
     async def _refuse(self, send: Send, a: Answer) -> None:
-        if a.status == 499:
-            return
-        if a.status == 413:
-            self.h.m.bodies_refused.inc()
-        await send_answer(send, a)
+        if a.status != 499:  # counted by the intake
+            await send_answer(send, a, close=True)
 
 
 class ManagerApp(FastAPI):
@@ -665,14 +553,15 @@ def create_app(
                         authorization: Annotated[str | None, Header()] = None) -> Response:
         """An agent's report of its node and jobs; the reply carries the parameters and the
         checkpoint requests for migrations in flight."""
-        node = await h.agent_node_async(authorization)
+        node = request.scope.get(NODE_KEY) or await h.agent_node_async(authorization)
         return answer(h.heartbeat(node, await request.body()))
 
     @app.post("/v1/reallocate", response_model=ReallocationReply, tags=["agents"])
-    def reallocate(req: ReallocationRequest,
+    def reallocate(request: Request, req: ReallocationRequest,
                    authorization: Annotated[str | None, Header()] = None) -> Response:
         """Algorithm 3's immediate request to move a converged job; decided at once."""
-        node = h.agent_node(authorization)
+        # The gate authenticated the token before the body was read (intake.RequestGate).
+        node = request.scope.get(NODE_KEY) or h.agent_node(authorization)
         if isinstance(node, Answer):
             return answer(node)
         refused = h.check_node(node, req.node)
@@ -740,11 +629,19 @@ def create_app(
                                      status_code=503)
         return PlainTextResponse("ok")
 
-    app.add_middleware(BodyLimit, agent_limit=settings.max_agent_body_bytes,
-                       extender_limit=settings.max_extender_body_bytes,
-                       on_refuse=m.bodies_refused.inc)
+    def refused(status: int) -> None:
+        if status == 413:
+            m.bodies_refused.inc()
+        else:
+            m.bodies_dropped.labels("timeout" if status == 408 else "busy").inc()
+
+    intake = Intake(settings.max_agent_body_bytes, settings.max_extender_body_bytes,
+                    settings.body_timeout_s, BodySlots(settings.max_unauthenticated_bodies),
+                    trusted_port=settings.extender_port if settings.extender_client_ca_file
+                    else 0, on_refuse=refused)
+    app.add_middleware(RequestGate, intake=intake, authenticate=h.agent_node_async)
     if hot_routes:
-        app.hot = HotRoutes(h)
+        app.hot = HotRoutes(h, intake)
     if settings.extender_port:
         app.add_middleware(ListenerSplit, extender_port=settings.extender_port)
     if settings.expose_status:

@@ -93,6 +93,24 @@ def _str_map(obj: Mapping[str, Any], key: str, where: str) -> None:
         raise BadRequest(f"{where}.{key} must be an object of strings")
 
 
+#: The fields of an owner reference and their JSON types (the API's OwnerReference).
+_OWNER_FIELDS: dict[str, type] = {"apiVersion": str, "kind": str, "name": str, "uid": str,
+                                  "controller": bool, "blockOwnerDeletion": bool}
+
+
+def _owner_references(refs: object) -> None:
+    if refs is None:
+        return
+    if not isinstance(refs, list) or not all(isinstance(r, dict) for r in refs):
+        raise BadRequest("Pod.metadata.ownerReferences must be a list of objects")
+    for i, ref in enumerate(refs):
+        for key, kind in _OWNER_FIELDS.items():
+            value = ref.get(key)
+            if value is not None and not isinstance(value, kind):
+                raise BadRequest(f"Pod.metadata.ownerReferences[{i}].{key} must be a "
+                                 f"{'boolean' if kind is bool else 'string'}")
+
+
 def _pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
     """The pod, with the parts this module reads checked for type (a wrongly typed pod is a
     400 naming the field, never an error inside)."""
@@ -108,10 +126,7 @@ def _pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
         for key in ("name", "namespace", "uid", "creationTimestamp"):
             if meta.get(key) is not None and not isinstance(meta[key], str):
                 raise BadRequest(f"Pod.metadata.{key} must be a string")
-        refs = meta.get("ownerReferences")
-        if refs is not None and (not isinstance(refs, list) or not all(
-                isinstance(r, dict) for r in refs)):
-            raise BadRequest("Pod.metadata.ownerReferences must be a list of objects")
+        _owner_references(meta.get("ownerReferences"))
     spec = pod.get("spec")
     if spec is not None:
         if not isinstance(spec, dict):

@@ -11,9 +11,12 @@ token's pod claims, fetched and matched by UID. A token of node A's agent theref
 speak for node B, and a token copied out of a deleted agent pod stops working.
 
 Answers are cached by the token's digest (bounded LRU): an accepted token until the sooner of
-``ttl_s`` and its own expiry, a refused one for ``refused_ttl_s``. Refusals are counted by
-reason (``specon_agent_auth_refusals_total``). The static-token mode (``NodeTokens``,
-``tokens_file``) remains for tests and managers outside Kubernetes (docs/security.md).
+``ttl_s`` and its own expiry, a refused one for ``refused_ttl_s``. The reviews themselves are
+limited (:mod:`specon_manager.review_limit`): a few at a time, a ceiling per second (over it
+the caller is refused as ``throttled``, 503, and retries), one at a time per token. Refusals
+are counted by reason (``specon_agent_auth_refusals_total``). The static-token mode
+(``NodeTokens``, ``tokens_file``) remains for tests and managers outside Kubernetes
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 from specon_manager.auth import NodeTokens
 from specon_manager.kube import KubeError, pod_path
+from specon_manager.review_limit import ReviewLimiter
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +46,11 @@ TOKENREVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 
 #: Why a token was refused: the label values of ``specon_agent_auth_refusals_total``.
 REASONS = ("missing", "malformed", "unknown_token", "expired", "audience", "not_authenticated",
-           "not_agent", "unbound", "unavailable")
+           "not_agent", "unbound", "unavailable", "throttled")
+#: Answers that are not remembered: the token was not judged (ask again later).
+UNJUDGED = ("unavailable", "throttled")
+#: How long a caller waits for another caller's review of the same token.
+REVIEW_WAIT_S = 15.0
 #: A bearer token longer than this is refused unread (a service-account JWT is about 1 KB).
 MAX_TOKEN_BYTES = 16 * 1024
 
@@ -56,8 +64,9 @@ class Refusal:
 
     @property
     def status(self) -> int:
-        # The API server could not be asked: the agent should retry, not think itself refused.
-        return 503 if self.reason == "unavailable" else 401
+        # The API server could not be asked (or not now): the agent should retry, not think
+        # itself refused.
+        return 503 if self.reason in UNJUDGED else 401
 
 
 Answer = str | Refusal  # the node the token speaks for, or why not
@@ -116,14 +125,16 @@ class TokenReviewer:
 
     ``review(body)`` posts a TokenReview and returns its answer; ``get(path)`` reads an
     object (None: not found); both raise KubeError/OSError when the API server cannot answer.
-    ``service_accounts``: the agents' ServiceAccounts as ``namespace:name``.
+    ``service_accounts``: the agents' ServiceAccounts as ``namespace:name``. ``limits``: how
+    many reviews are sent (:class:`ReviewLimiter`; the default: 4 at a time, 50 a second).
     """
 
     def __init__(self, review: Callable[[dict[str, Any]], dict[str, Any]],
                  get: Callable[[str], dict[str, Any] | None], audience: str,
                  service_accounts: Iterable[str], ttl_s: float = 60.0,
                  refused_ttl_s: float = 10.0, max_entries: int = 10_000,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 limits: ReviewLimiter | None = None) -> None:
         if not audience:
             raise ValueError("the agents' token audience must not be empty")
         self._review = review
@@ -136,6 +147,7 @@ class TokenReviewer:
         self.refused_ttl_s = refused_ttl_s
         self.max_entries = max_entries
         self._clock = clock
+        self.limits = limits if limits is not None else ReviewLimiter()
         self._cache: OrderedDict[str, tuple[Answer, float]] = OrderedDict()
         self._lock = threading.Lock()
         self.reviews = 0  # TokenReviews sent (what the cache saves)
@@ -155,7 +167,7 @@ class TokenReviewer:
             return hit[0]
 
     def _remember(self, token: str, answer: Answer, until: float) -> Answer:
-        if isinstance(answer, Refusal) and answer.reason == "unavailable":
+        if isinstance(answer, Refusal) and answer.reason in UNJUDGED:
             return answer  # ask again next time
         with self._lock:
             self._cache[digest(token)] = (answer, until)
@@ -189,9 +201,19 @@ class TokenReviewer:
         if self.audience not in _audiences(claims):
             return self._remember(token, Refusal(
                 "audience", f"the token is not for audience {self.audience!r}"), refused_until)
-        answer = self._ask(token)
-        until = refused_until if isinstance(answer, Refusal) else min(now + self.ttl_s, exp)
-        return self._remember(token, answer, until)
+        with self.limits.single(digest(token), REVIEW_WAIT_S) as mine:
+            if not mine:  # another caller reviewed this token meanwhile: its answer
+                hit = self.cached(token)
+                return hit if hit is not None else Refusal(
+                    "unavailable", "the token's review did not finish: retry")
+            if not self.limits.allow():
+                return Refusal("throttled", f"over {self.limits.per_s:g} token reviews a "
+                                            "second: retry")
+            with self.limits.slot():
+                answer = self._ask(token)
+            until = refused_until if isinstance(answer, Refusal) else min(
+                self._clock() + self.ttl_s, exp)
+            return self._remember(token, answer, until)
 
     def _ask(self, token: str) -> Answer:
         self.reviews += 1

@@ -27,7 +27,7 @@ class ManagerMetrics:
             "specon_agent_auth_refusals_total",
             "Agent calls refused for their credential, by reason (missing, malformed, "
             "unknown_token, expired, audience, not_authenticated, not_agent, unbound, "
-            "unavailable; docs/security.md).", ["reason"], registry=r)
+            "unavailable, throttled; docs/security.md).", ["reason"], registry=r)
         self.token_reviews = Counter(
             "specon_agent_token_reviews_total",
             "TokenReviews sent to the API server for agents' tokens not in the cache.",
@@ -45,6 +45,11 @@ class ManagerMetrics:
             "Reallocation requests from agents, by decision.", ["decision"], registry=r)
         self.bodies_refused = Counter(
             "specon_request_bodies_refused_total", "Requests refused for their body size.",
+            registry=r)
+        self.bodies_dropped = Counter(
+            "specon_request_bodies_dropped_total",
+            "Request bodies not read: not complete within body_timeout_s (timeout), or "
+            "unauthenticated ones over max_unauthenticated_bodies at once (busy).", ["reason"],
             registry=r)
         self.heartbeat_streams = Gauge(
             "specon_heartbeat_streams",

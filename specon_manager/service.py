@@ -25,6 +25,7 @@ from specon_manager.planner import MovePlanner
 from specon_manager.pods import PodDirectory
 from specon_manager.qos_book import EventPoster, QosBook
 from specon_manager.rebalance import Rebalancer
+from specon_manager.review_limit import ReviewLimiter
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
 
@@ -293,7 +294,8 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
             review, kube.get,
             settings.agent_audience, settings.agent_service_accounts,
             ttl_s=settings.agent_auth_ttl_s, refused_ttl_s=settings.agent_auth_refused_ttl_s,
-            max_entries=settings.agent_auth_cache_entries)
+            max_entries=settings.agent_auth_cache_entries,
+            limits=ReviewLimiter(per_s=settings.agent_auth_reviews_per_s))
     app = create_app(settings, state=state, auth=auth, controller=service.controller,
                      node_exists=node_exists, metrics=metrics, qos=qos,
                      pod_on_node=pods.on_node if pods is not None else None, loop=service)

@@ -33,6 +33,13 @@ class ManagerSettings(BaseSettings):
     #: node, so keep this well under the pod's memory limit (decoded JSON takes several times
     #: its size).
     max_extender_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: A request body not complete this long after its headers is dropped (408, the
+    #: connection closed): a stalled sender holds neither memory nor a connection for long.
+    body_timeout_s: Positive = 10.0
+    #: At most this many request bodies from unauthenticated senders (the extender's calls on
+    #: a listener that does not demand the scheduler's client certificate) are read at once;
+    #: more are answered 503 unread. Agents' bodies are read only after their token is checked.
+    max_unauthenticated_bodies: int = Field(default=8, ge=1)
     #: Serve ``/docs``, ``/redoc`` and ``/openapi.json`` (the API's description).
     expose_docs: bool = False
     #: Serve the HTML status page ``/status`` (it names nodes, pods and namespaces).
@@ -69,6 +76,10 @@ class ManagerSettings(BaseSettings):
     #: expires); a refused one is remembered ``agent_auth_refused_ttl_s``.
     agent_auth_ttl_s: Positive = 60.0
     agent_auth_refused_ttl_s: Positive = 10.0
+    #: At most this many TokenReviews a second on average (bursts of twice as many), over
+    #: every path that reviews a token; a token over the ceiling is answered 503 (the agent
+    #: retries) and not remembered. At most 4 reviews run at once.
+    agent_auth_reviews_per_s: Positive = 50.0
     #: At most this many token answers are remembered (least recently used first out).
     agent_auth_cache_entries: int = Field(default=10_000, ge=1)
     #: File of agent credentials, one ``TOKEN NODE`` pair per line (``#`` comments allowed).

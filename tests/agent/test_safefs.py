@@ -82,3 +82,24 @@ def test_a_write_is_confined_and_does_not_follow_a_symlinked_folder(tmp_path: Pa
     assert list(outside.iterdir()) == []
     write_beneath(root, "ns-a/job/request.json", b'{"id": 1}')
     assert (root / "ns-a" / "job" / "request.json").read_bytes() == b'{"id": 1}'
+
+
+def test_a_write_never_opens_what_the_pod_planted_at_its_temporary_name(
+        tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 29: the temporary name is unguessable; even when the pod guesses it (forced here),
+    # the exclusive create fails instead of opening its FIFO or following its symlink.
+    root, secret = _tree(tmp_path)
+    job = root / "ns-a" / "job"
+    monkeypatch.setattr(safefs.secrets, "token_hex", lambda n: "guessed")
+    (job / ".request.json.tmp-guessed").symlink_to(secret)
+    with pytest.raises(FileExistsError):
+        write_beneath(root, "ns-a/job/request.json", b"{}")
+    assert secret.read_bytes() == b"12345678901234567890"
+    (job / ".request.json.tmp-guessed").unlink()
+    os.mkfifo(job / ".request.json.tmp-guessed")
+    with pytest.raises(FileExistsError):
+        write_beneath(root, "ns-a/job/request.json", b"{}")
+    assert sorted(p.name for p in job.iterdir()) == [".request.json.tmp-guessed"]
+    monkeypatch.undo()
+    write_beneath(root, "ns-a/job/request.json", b"{}")
+    assert (job / "request.json").stat().st_mode & 0o777 == 0o644

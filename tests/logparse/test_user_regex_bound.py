@@ -24,3 +24,26 @@ def test_a_search_over_its_time_bound_is_counted_and_skipped() -> None:
     p = LogParser(regex=r"(?P<loss>(?:a|a?)+)+b", regex_timeout_s=1e-9, max_line=1 << 20)
     p.feed(b"a" * 200_000 + b"\n")
     assert p.counters.regex_timeouts == 1
+
+
+@pytest.mark.timeout(60)
+def test_all_searches_of_one_poll_share_a_time_budget() -> None:
+    # Issue 29: 50 ms per line was no bound on a poll (300 lines: 15 s and more). Between two
+    # new_budget() calls all the pattern's searches take about regex_budget_s; the lines
+    # after that go to the built-in parsers, and the next budget tries the pattern again.
+    import time
+
+    p = LogParser(regex=r"(?P<loss>(a|aa)+)$", regex_timeout_s=0.05, regex_budget_s=0.1)
+    hostile = (b"a" * 64 + b"b\n") * 100
+    p.new_budget()
+    start = time.perf_counter()
+    recs = p.feed(hostile + b"loss=0.5\n")
+    took = time.perf_counter() - start
+    assert took < 1.0, took
+    assert p.budget_spent and p.counters.regex_skipped > 50
+    assert [r.loss for r in recs] == [0.5]  # read by the built-in parser
+    p.new_budget()
+    assert not p.budget_spent
+    assert p.feed(b"aaa\n") == [] and p.counters.malformed == 1  # tried again: "aaa" matched
+    p.drop_regex()
+    assert not p.has_regex and [r.loss for r in p.feed(b"loss=0.25\n")] == [0.25]
