@@ -86,11 +86,12 @@ class NodeLoad:
         return self.cpus * self.speed
 
 
-def _key(job: JobLoad, weights: Weights) -> tuple[bool, float]:
+def _key(job: JobLoad, weights: Weights, early: bool = True) -> tuple[bool, float]:
     """Order of service: starved jobs first, then least work left, scaled by the category's
-    weight; a progressing job's key is at most EARLY_FACTOR times the work it has done."""
+    weight; with ``early``, a progressing job's key is at most EARLY_FACTOR times the work it
+    has done."""
     key = job.work * weights.converged / max(weights.of(job.category), 1e-9)
-    if job.attained is not None and job.category is Category.PROGRESSING:
+    if early and job.attained is not None and job.category is Category.PROGRESSING:
         key = min(key, EARLY_FACTOR * job.attained)
     return (not job.starved, key)
 
@@ -138,7 +139,10 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
             if s1 <= s0 + 1e-12:
                 continue
             # the share of its remaining work the job finishes per second grows by this much
-            gain = (s1 - s0) / max(_key(j, weights)[1], 1e-9)
+            # per unit of its work left, not of its early key: the early key decides who runs
+            # first, not how wide (widening a new job by its near-zero work done took every
+            # spare core from a job that had nearly finished)
+            gain = (s1 - s0) / max(_key(j, weights, early=False)[1], 1e-9)
             if gain > gain_best:
                 best, gain_best, step_best = j, gain, step
         if best is None:
