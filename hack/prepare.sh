@@ -45,7 +45,7 @@ debian_packages() {
   local prom_before
   prom_before=$(pgrep -x prometheus || true)
   specon_apt update -q >/dev/null || return 1
-  nice -n 10 specon_apt install -y -q --no-install-recommends "${want[@]}" >/dev/null || return 1
+  specon_apt install -y -q --no-install-recommends "${want[@]}" >/dev/null || return 1
   # The prometheus package's maintainer script may start a server: stop only that one (the
   # tests start their own, as hack/test.d/40-prometheus.sh does after its own install).
   local pid
