@@ -14,6 +14,9 @@ FLOWCON_ALPHA = 0.01
 FLOWCON_BETA = 1.0
 #: Cap of FlowCon's exponential back-off, in seconds.
 FLOWCON_MAX_INTERVAL_S = 480.0
+#: A job whose last this many categorisation intervals logged losses but no finite one (NaN
+#: or inf only) is watching, not progressing (docs/parameters.md, "No valid loss").
+NO_VALID_LOSS_INTERVALS = 3
 #: SpeCon weights of progressing, watching and converged jobs (Algorithm 4).
 WEIGHTS = (2.0, 1.5, 1.0)
 #: Quality targets and deadlines (docs/qos.md): the lowest limit, in cores, of a job that yields

@@ -119,8 +119,12 @@ class JobReport(_Wire):
 class Heartbeat(_Wire):
     protocol: Protocol = PROTOCOL
     node: Name
-    time: NonNeg  # seconds since the epoch, agent clock (the manager bounds its skew)
+    time: NonNeg  # seconds since the epoch, agent clock when sent (the manager bounds its skew)
     seq: Annotated[int, Field(ge=0, le=MAX_SEQ)]
+    #: The agent process that sent it (new at every start): the manager orders a node's
+    #: heartbeats by (boot, seq), so a restarted agent is heard at once. None (an agent of the
+    #: previous release): ordered by seq and time as then.
+    boot: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     capacity_cpus: Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)]
     load_cores: NonNeg
     jobs: Annotated[list[JobReport], Field(max_length=MAX_JOBS_PER_HEARTBEAT)] = []

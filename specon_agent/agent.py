@@ -16,6 +16,7 @@ import os
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,13 +157,20 @@ class Agent:
         link: ManagerLink | None = None,
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: the wall clock, for what is stamped (heartbeats, requests, the QoS
+        judgements against deadlines); ``monotonic``: what the loop is scheduled on, so that
+        a step of the wall clock never stalls or races it (issue 32)."""
         self.config = config
         self.actuator = actuator
         self.meter = meter
         self.link = link
         self.metrics = metrics or AgentMetrics()
         self.clock = clock
+        self.monotonic = monotonic
+        #: This agent process, in every heartbeat: the manager hears a restarted agent at once.
+        self.boot = uuid.uuid4().hex
         # CPU counters are in nanoseconds (cgroup cpu.stat, Docker's stats).
         self.control = NodeController(config.flow_params(), config.alpha, per_second=1e9)
         self.policy = agent_policy(config.policy)
@@ -171,7 +179,7 @@ class Agent:
         self.jobs: dict[str, _Followed] = {}
         self.events: queue.Queue[Event] = queue.Queue()
         self._inbox = _Inbox()
-        now = clock()
+        now = monotonic()
         self.next_poll = now
         self.next_cat = now + self.interval_s
         self.next_qos = now + config.qos_interval_s
@@ -183,10 +191,11 @@ class Agent:
             link._on_realloc = lambda req, reply: self._inbox.items.put((req, reply))
             link._on_outcome = lambda kind, outcome: self.metrics.manager_calls.labels(
                 kind, outcome).inc()
+            link.clock = clock  # heartbeats are stamped when sent, by this clock
 
     # -- arrivals and departures (Algorithm 2's listener) -----------------------------------
     def handle(self, event: Event, now: float | None = None) -> None:
-        now = self.clock() if now is None else now
+        now = self.monotonic() if now is None else now
         if isinstance(event, Arrived):
             self.arrive(event.target, now)
         elif isinstance(event, Departed):
@@ -219,7 +228,8 @@ class Agent:
             self.metrics.qos_errors.inc()
             log.warning("%s: quality annotations ignored: %s", target.name, target.qos_error)
         elif target.qos is not None:
-            job.qos = JobQos(target.qos, target.created if target.created is not None else now,
+            job.qos = JobQos(target.qos,
+                             target.created if target.created is not None else self.clock(),
                              window_s=self.config.qos_window_s)
             deadline = job.qos.deadline
             log.info("%s: target loss %s, deadline %s", target.name,
@@ -325,7 +335,7 @@ class Agent:
         """Write the limits the node controller decided (decreases first); drop jobs whose
         container is gone. A failed write is tried again one poll interval later, not at every
         pass."""
-        now = self.clock() if now is None else now
+        now = self.monotonic() if now is None else now
         if not self.control.dirty or now < self._retry_at:
             return
         self.control.dirty = False
@@ -385,8 +395,8 @@ class Agent:
 
     def step(self, now: float | None = None) -> None:
         """One pass: manager replies, logs, FlowCon and categorisation when due, limits,
-        heartbeat, metrics."""
-        now = self.clock() if now is None else now
+        heartbeat, metrics. ``now``: on the monotonic clock."""
+        now = self.monotonic() if now is None else now
         self._drain_inbox()
         polled = now >= self.next_poll
         if polled:
@@ -407,7 +417,7 @@ class Agent:
             self.next_cat = now + self.interval_s
         if now >= self.next_qos:
             with self.metrics.loop_seconds.labels("qos").time():
-                self._qos_tick(now)
+                self._qos_tick(self.clock())  # deadlines are wall-clock times
             self.next_qos = now + self.config.qos_interval_s
         self._log_transitions(before)
         self.apply(now)
@@ -441,7 +451,7 @@ class Agent:
             if self.link is not None:
                 self.link.request_reallocation(ReallocationRequest(
                     node=self.config.node, namespace=job.target.namespace, pod=job.target.pod,
-                    uid=job.target.uid, time=now))
+                    uid=job.target.uid, time=self.clock()))
             elif not job.asked:
                 log.info("%s has converged on a crowded node; no manager to move it (standalone)",
                          job.target.name)
@@ -667,6 +677,7 @@ class Agent:
         return job.checkpoint
 
     def heartbeat(self, now: float) -> Heartbeat:
+        """The node's report (``now``: wall clock; the link stamps it again when it sends)."""
         self.seq += 1
         reports = []
         for cid, job in list(self.jobs.items())[:1000]:
@@ -691,7 +702,7 @@ class Agent:
         return Heartbeat(
             node=self.config.node, time=now, seq=self.seq, capacity_cpus=self.actuator.node_cpus,
             load_cores=sum(r.cpu_cores for r in reports), jobs=reports,
-            actuator=self.actuator.name)
+            actuator=self.actuator.name, boot=self.boot)
 
     @staticmethod
     def _qos_report(job: _Followed, now: float, report: JobReport) -> JobReport:
@@ -753,14 +764,14 @@ class Agent:
             if job.qos is not None:
                 self._publish_qos(label, job.qos)
         if self.link is not None:
-            self.link.offer_heartbeat(self.heartbeat(now))
+            self.link.offer_heartbeat(self.heartbeat(self.clock()))
 
     # -- running ------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         """The loop, until ``stop`` is set. Events are handled as they come (the listener runs
         at once); everything else when due."""
         while not stop.is_set():
-            timeout = max(0.0, min(self.next_due() - self.clock(), 0.5))
+            timeout = max(0.0, min(self.next_due() - self.monotonic(), 0.5))
             try:
                 event = self.events.get(timeout=timeout)
             except queue.Empty:

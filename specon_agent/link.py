@@ -7,6 +7,10 @@ Heartbeats go on one long-lived request, ``POST /v1/heartbeats`` (:class:`Heartb
 where the manager offers it; a manager without it (404, or one that waits for the end of the
 body) gets them one request each on ``POST /v1/heartbeat``, and the stream is tried again
 after ``STREAM_RETRY_S``.
+
+A heartbeat is stamped with the wall clock when it is sent (a retry is stamped again), and one
+the manager has taken is never sent again: only a newer one the loop offers is, so a loop that
+stalls shows as a node gone stale, never as a fresh node whose report is frozen (issue 32).
 """
 
 from __future__ import annotations
@@ -124,9 +128,12 @@ class ManagerLink:
         transport: httpx.BaseTransport | None = None,
         ca_file: Path | None = None,
         stream: bool = True,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url.rstrip("/")
         self.token_file = token_file
+        #: The wall clock heartbeats are stamped with when sent.
+        self.clock = clock
         self.interval_s = interval_s
         self.backoff_max_s = backoff_max_s
         # An https URL is verified against ca_file (the chart's CA) or the system's CAs.
@@ -150,10 +157,12 @@ class ManagerLink:
         self._thread: threading.Thread | None = None
         self.failures = 0  # consecutive
         self.last_success: float | None = None
+        self._refused_seen = False  # the manager kept a newer heartbeat (said once a streak)
 
     # -- called by the control loop -----------------------------------------------------------
     def offer_heartbeat(self, hb: Heartbeat) -> None:
-        """The newest state to report; an older one not yet sent is replaced, not queued."""
+        """The newest state to report; an older one not yet sent is replaced, not queued. It is
+        sent once (stamped then); until a newer one comes nothing more is sent."""
         with self._lock:
             self._heartbeat = hb
 
@@ -228,6 +237,9 @@ class ManagerLink:
                 self.failures = 0 if ok else self.failures + 1
                 if ok:
                     self.last_success = time.time()
+                    with self._lock:
+                        if self._heartbeat is hb:
+                            self._heartbeat = None  # taken: never sent again
                 elif self.failures in (1, 5) or self.failures % 20 == 0:
                     log.warning("manager away (%d heartbeats failed); FlowCon continues locally",
                                 self.failures)
@@ -293,6 +305,7 @@ class ManagerLink:
         return False, None
 
     def _send_heartbeat(self, hb: Heartbeat) -> bool:
+        hb = hb.model_copy(update={"time": self.clock()})  # stamped now, not when built
         streamed = self._streamed(hb) if time.monotonic() >= self._stream_after else None
         if streamed is None:
             r = self._post("heartbeat", "/v1/heartbeat", hb.model_dump_json())
@@ -307,6 +320,10 @@ class ManagerLink:
             log.warning("manager's heartbeat reply is not understood: %s", exc)
             self._on_outcome("heartbeat", "bad_reply")
             return False
+        if not reply.accepted and not self._refused_seen:
+            log.warning("the manager kept a newer heartbeat of %s than seq %d; if this agent "
+                        "restarted, the manager is of a release without boot ids", hb.node, hb.seq)
+        self._refused_seen = not reply.accepted
         self._on_reply(reply)
         return True
 

@@ -45,6 +45,7 @@ from specon_manager.extender import (
     filter_nodes,
     prioritize_nodes,
 )
+from specon_manager.heartbeat_order import skew_reason
 from specon_manager.identity import MAX_TOKEN_BYTES, Refusal, StaticTokens, TokenReviewer
 from specon_manager.intake import (
     AGENT_PREFIX,
@@ -256,9 +257,7 @@ class Handlers:
         skew = hb.time - self.wall_clock()
         if abs(skew) > self.settings.max_clock_skew_s:
             self.c_skew.inc()
-            return _json(422, {"detail": f"time {hb.time:.0f} is {skew:+.0f} s from the "
-                                         f"manager's clock (at most "
-                                         f"{self.settings.max_clock_skew_s:.0f} s allowed)"})
+            return _json(422, {"detail": skew_reason(hb, skew, self.settings.max_clock_skew_s)})
         kept = self._known_jobs(hb) if self.pod_on_node is not None and hb.jobs else hb
         recorded = self.state.record(kept, body if kept is hb else None)
         self.c_accepted.inc()

@@ -33,6 +33,7 @@ from specon.core.scoring import (
     worker_view,
 )
 from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
+from specon_manager.heartbeat_order import newer
 from specon_manager.kube import OWNERS
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
@@ -118,15 +119,15 @@ class NodeRecord:
     objects that the garbage collector walks on every full collection, as JSON about 15 KB
     and one object. What the extender and the metrics need is summed at record time."""
 
-    __slots__ = ("categories", "cpus", "load", "node", "pods", "qos", "raw", "received", "seq",
-                 "time", "work")
+    __slots__ = ("boot", "categories", "cpus", "load", "node", "pods", "qos", "raw", "received",
+                 "seq", "time", "work")
 
     def __init__(self, hb: Heartbeat, received: float, raw: bytes | None = None) -> None:
         if raw is None or len(raw) > RAW_BYTES_PER_JOB * (1 + len(hb.jobs)):
             raw = hb.model_dump_json().encode()
         self.raw = raw
         self.received = received
-        self.node, self.seq, self.time = hb.node, hb.seq, hb.time
+        self.node, self.seq, self.time, self.boot = hb.node, hb.seq, hb.time, hb.boot
         self.load = min(1.0, hb.load_cores / hb.capacity_cpus)
         self.pods = tuple([pod_key(j.namespace, j.pod) for j in hb.jobs])
         cats = dict.fromkeys(_CATEGORIES, 0)
@@ -237,6 +238,8 @@ class ClusterState:
     _incoming: dict[str, int] = field(default_factory=dict)  # reservations per target
     _reservations: dict[str, Reservation] = field(default_factory=dict)
     _requests: dict[str, dict[str, CheckpointRequest]] = field(default_factory=dict)
+    #: Per node, the boot ids of agents since replaced (a late heartbeat of theirs is old).
+    _retired: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- heartbeats -----------------------------------------------------------------------------
@@ -248,10 +251,14 @@ class ClusterState:
         score = worker_view(hb.node, rec.categories).score(self.weights)
         with self._lock:
             old = self._nodes.get(hb.node)
-            # A late, reordered heartbeat from the same agent never replaces a newer one.
-            if old is not None and hb.seq < old.seq and hb.time <= old.time:
-                return False
             if old is not None:
+                # A late, reordered heartbeat never replaces a newer one (by boot and seq).
+                ok, retired = newer(hb, old.boot, old.seq, old.time,
+                                    self._retired.get(hb.node, ()))
+                if not ok:
+                    return False
+                if retired:
+                    self._retired[hb.node] = retired
                 for key in old.pods:
                     if self._where.get(key) == hb.node:
                         del self._where[key]
@@ -264,6 +271,7 @@ class ClusterState:
 
     def forget_node(self, node: str) -> None:
         with self._lock:
+            self._retired.pop(node, None)
             old = self._nodes.pop(node, None)
             for key in old.pods if old is not None else ():
                 if self._where.get(key) == node:

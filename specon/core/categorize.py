@@ -7,6 +7,10 @@ compared with the threshold alpha and with its previous growth:
   hosts more than one progressing or watching job, a reallocation request is raised at once.
 * G did not fall and G < alpha: the job stays where it is (a noisy loss is not a trend).
 * G >= alpha: back to PC.
+* No valid loss: a job whose last ``NO_VALID_LOSS_INTERVALS`` intervals logged losses but no
+  finite one (a NaN or inf loss, a diverged run) has no growth to judge, yet it is not
+  progressing: PC -> WC (WC and CC stay), and its last growth is forgotten. A finite loss
+  again is judged as above.
 
 A migrated job (moved, or judged best where it is) is never categorised or requested again.
 """
@@ -16,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+
+from specon.defaults import NO_VALID_LOSS_INTERVALS
 
 
 class Category(StrEnum):
@@ -49,13 +55,25 @@ def _next(state: JobState, g: float, alpha: float) -> Category:
     return Category.CONVERGED
 
 
+def _no_valid_loss(state: JobState) -> JobState:
+    """A job with no finite loss for long enough: not progressing (WC and CC stay), and its
+    last growth, which no longer describes it, forgotten."""
+    category = (Category.WATCHING if state.category is Category.PROGRESSING
+                else state.category)
+    return replace(state, category=category, last_growth=None)
+
+
 def categorize(
-    states: Mapping[str, JobState], growth: Mapping[str, float | None], alpha: float
+    states: Mapping[str, JobState], growth: Mapping[str, float | None], alpha: float,
+    invalid: Mapping[str, int] | None = None,
+    invalid_after: int = NO_VALID_LOSS_INTERVALS,
 ) -> CategorizeResult:
     """One categorisation interval on one worker.
 
     ``states`` holds every job on the worker; ``growth`` this interval's G per job (None or
-    absent: no measurement, the job keeps its state).
+    absent: no measurement, the job keeps its state); ``invalid`` the intervals in a row each
+    job logged losses but no finite one (:attr:`specon.core.growth.LossTrack.invalid`): from
+    ``invalid_after`` on, a progressing job is watching.
     """
     if not alpha > 0:
         raise ValueError("alpha must be > 0")
@@ -63,6 +81,9 @@ def categorize(
     stayed_converged: list[str] = []
     for name, st in states.items():
         g = growth.get(name)
+        if not st.migrated and g is None and invalid and invalid.get(name, 0) >= invalid_after:
+            new[name] = _no_valid_loss(st)
+            continue
         if st.migrated or g is None:
             new[name] = st
             continue

@@ -56,6 +56,9 @@ class LossTrack:
     high: float = -math.inf
     low: float = math.inf
     last: float | None = None
+    #: Intervals in a row that logged losses but no finite one (NaN, inf): no valid loss. An
+    #: interval that logged nothing neither counts nor resets it.
+    invalid: int = 0
 
     @property
     def scale(self) -> float:
@@ -71,14 +74,17 @@ class LossTrack:
 
         The growth is None until the job has two interval values (nothing to compare yet), when
         the interval has no length, or when the job logged nothing new in it: sparse logging
-        is no evidence of slow progress, so it must not demote a job.
+        is no evidence of slow progress, so it must not demote a job. An interval that logged
+        only non-finite losses has no growth either, but counts in :attr:`invalid`
+        (:func:`specon.core.categorize.categorize` judges that).
         """
         value = interval_value(samples, None)
         if value is None:
-            return self, None
+            return (replace(self, invalid=self.invalid + 1) if samples else self), None
         if self.first is None:
             return LossTrack(first=value, high=value, low=value, last=value), None
-        track = replace(self, high=max(self.high, value), low=min(self.low, value), last=value)
+        track = replace(self, high=max(self.high, value), low=min(self.low, value), last=value,
+                        invalid=0)
         if dt_s <= 0 or self.last is None:
             return track, None
         progress = abs(value - self.last) / track.scale * 60.0 / dt_s

@@ -211,13 +211,18 @@ class NodeController:
     def categorize_tick(self, now: float, cpu: Mapping[str, Counter]) -> tuple[str, ...]:
         """Algorithm 3: one categorisation interval; returns the jobs to reallocate now."""
         growth: dict[str, float | None] = {}
+        invalid: dict[str, int] = {}
         for cid, job in self.jobs.items():
             g, _ = job.cat_probe.observe(now, cpu.get(cid), self.per_second)
             if g is not None:
                 job.growth = g
             growth[cid] = g.progress if g is not None else None
-        res = categorize({cid: j.cat for cid, j in self.jobs.items()}, growth, self.alpha)
+            invalid[cid] = job.cat_probe.track.invalid
+        res = categorize({cid: j.cat for cid, j in self.jobs.items()}, growth, self.alpha,
+                         invalid)
         for cid, st in res.states.items():
+            if st.last_growth is None and self.jobs[cid].cat.last_growth is not None:
+                self.jobs[cid].growth = None  # no valid loss: its last growth is not current
             self.jobs[cid].cat = st
         return res.reallocation_requests
 

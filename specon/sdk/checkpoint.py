@@ -1,5 +1,9 @@
 """Safe checkpoints: atomic write, checksum manifest, verified rotation, resume from the last
-good one, and save-then-exit-143 on SIGTERM or on request. See docs/training-contract.md."""
+good one, and save-then-exit-143 on SIGTERM or on request. See docs/training-contract.md.
+
+The volume may be full, read-only or broken: a save that fails is reported (stderr and a
+``checkpoint-failed`` event) and removes what it wrote, and the job goes on; ``resume()`` takes
+the newest checkpoint it can read, else starts from scratch and says why."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from typing import Any
 from specon import names
 from specon.sdk.progress import Reporter, default_reporter
 from specon.sdk.threads import ThreadHint
+from specon.sdk.volume import atomic_write, remove_partials, warn, why
 
 #: Directory where checkpoints go (on the shared volume). Unset: checkpointing is off.
 ENV_CHECKPOINT_DIR = names.ENV_CHECKPOINT_DIR
@@ -71,24 +76,6 @@ class Restored:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def verify_checkpoint(directory: Path, name: str) -> tuple[str | None, str, bytes]:
@@ -162,12 +149,18 @@ class Checkpointer:
         self._stop = threading.Event()
         self._stop_reason = ""
         self._last: Saved | None = None
+        #: The newest verified checkpoint this process saved or resumed from (its name).
+        self._good: str | None = None
         self._handled_request: str | None = None
         self.thread_hint: ThreadHint | None = None
         if self.directory is not None and follow_threads:
             self.thread_hint = ThreadHint(self.directory, on_threads, reporter=reporter)
         if self.directory is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                warn(f"cannot create the checkpoint folder {self.directory} ({why(exc)}); "
+                     "saves fail until it can be, and the job goes on")
             self._handled_request = self._read_saved().get("request")
             if handle_sigterm and threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -211,13 +204,24 @@ class Checkpointer:
         """(step, name) of every checkpoint with a manifest, newest first."""
         if self.directory is None:
             return []
+        try:
+            return self._list()
+        except OSError:
+            return []
+
+    def _list(self) -> list[tuple[int, str]]:
+        assert self.directory is not None
         found = []
-        for manifest in self.directory.glob(f"{_PREFIX}*.json"):
-            try:
-                step = int(manifest.stem[len(_PREFIX):])
-            except ValueError:
-                continue
-            found.append((step, manifest.stem))
+        with os.scandir(self.directory) as it:
+            for entry in it:
+                stem, dot, suffix = entry.name.rpartition(".")
+                if not (dot and suffix == "json" and stem.startswith(_PREFIX)):
+                    continue
+                try:
+                    step = int(stem[len(_PREFIX):])
+                except ValueError:
+                    continue
+                found.append((step, stem))
         return sorted(found, reverse=True)
 
     def save(self, state: Any, step: int, reason: str = "manual") -> Saved | None:
@@ -231,7 +235,6 @@ class Checkpointer:
         data = self.serialize(state)
         digest = _sha256(data)
         data_path = self.directory / f"{name}{self.suffix}"
-        _atomic_write(data_path, data)
         manifest = {
             "format": MANIFEST_FORMAT,
             "name": name,
@@ -242,15 +245,24 @@ class Checkpointer:
             "sha256": digest,
             "created": round(time.time(), 6),
         }
-        _atomic_write(self.directory / f"{name}.json", json.dumps(manifest).encode())
+        try:
+            atomic_write(data_path, data)
+        except OSError as exc:
+            self._failed(name, step, why(exc), wrote=False)
+            return None
+        try:
+            atomic_write(self.directory / f"{name}.json", json.dumps(manifest).encode())
+        except OSError as exc:
+            self._failed(name, step, why(exc), wrote=True)
+            return None
         saved = Saved(name, step, data_path, len(data), digest, 0.0)
         if not self._verify_file(saved):
             # Leave the older ones alone: they are still the last good state.
-            self._remove(name)
-            self.reporter.event("checkpoint-failed", step=step, name=name, reason="verify")
+            self._failed(name, step, "verify", wrote=True)
             return None
         saved = Saved(name, step, data_path, len(data), digest, time.perf_counter() - start)
         self._last = saved
+        self._good = name
         self._prune()
         self._write_saved(saved, reason)
         self.reporter.event(
@@ -259,24 +271,42 @@ class Checkpointer:
         )
         return saved
 
+    def _failed(self, name: str, step: int, reason: str, wrote: bool) -> None:
+        """A save that did not happen: remove what it wrote (its data file once renamed into
+        place, whose manifest is missing or wrong), never an older checkpoint; report it; the
+        job goes on."""
+        if wrote:
+            self._remove(name)
+        self.reporter.event("checkpoint-failed", step=step, name=name, reason=reason)
+        still = f"{self._good} is still the last good one" if self._good else "none is saved yet"
+        warn(f"checkpoint {name} not saved (step {step}): {reason}; {still}")
+
     def load(self) -> Restored | None:
         """The newest checkpoint that verifies and loads, without applying it anywhere."""
         if self.directory is None:
             return None
         start = time.perf_counter()
-        for tmp in self.directory.glob(".tmp-*"):
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        try:
+            # What an interrupted or failed save left: temporary files, data without manifest.
+            remove_partials(self.directory, _PREFIX, (Checkpointer.suffix, self.suffix))
+            found = self._list()
+        except OSError as exc:
+            warn(f"cannot read the checkpoint folder {self.directory} ({why(exc)}): starting "
+                 "from scratch")
+            return None
         rejected: list[tuple[str, str]] = []
-        for step, name in self.checkpoints():
+        for step, name in found:
             reason, state = self._try_load(name)
             if reason is None:
+                self._good = name
                 return Restored(state, step, name, time.perf_counter() - start, tuple(rejected))
             rejected.append((name, reason))
         if rejected:
             self.reporter.event(
                 "resume-failed", rejected=[{"name": n, "reason": r} for n, r in rejected]
             )
+            warn(f"no checkpoint in {self.directory} could be read ("
+                 + "; ".join(f"{n}: {r}" for n, r in rejected) + "): starting from scratch")
         return None
 
     def resume(self) -> Restored | None:
@@ -302,15 +332,24 @@ class Checkpointer:
         saved = self.save(current, step, reason=reason)
         code = EXIT_STOPPED
         if request is not None and saved is not None:
-            self._handled_request = str(request.get("id"))
-            self._write_saved(saved, "request")
-            if request.get("exit"):
+            before, self._handled_request = self._handled_request, str(request.get("id"))
+            if not self._write_saved(saved, "request"):
+                # Not acknowledged: the requester waits, and the request is honoured again at
+                # the next step boundary.
+                self._handled_request = before
+            elif request.get("exit"):
                 stop = True
                 if request.get("done") is True and not self._stop.is_set():
                     # The job is finished (its quality target is reached): exit as completed.
                     code, reason = EXIT_DONE, "done"
-        if stop and saved is not None:
-            self.reporter.event("stop", step=step, exit_code=code, reason=reason)
+        # After SIGTERM the job stops even when this save failed (the pod is going away): the
+        # last verified checkpoint, named in the stop event, is where a restart resumes.
+        if stop and (saved is not None or self._stop.is_set()):
+            if saved is None:
+                warn(f"stopping ({reason}) without a new checkpoint: a restart resumes from "
+                     f"{self._good or 'scratch'}")
+            self.reporter.event("stop", step=step, exit_code=code, reason=reason,
+                                checkpoint=saved.name if saved is not None else self._good)
             self.reporter.close()
             raise SystemExit(code)
         return saved
@@ -357,7 +396,8 @@ class Checkpointer:
             return {}
         return value if isinstance(value, dict) else {}
 
-    def _write_saved(self, saved: Saved, reason: str) -> None:
+    def _write_saved(self, saved: Saved, reason: str) -> bool:
+        """Rewrite ``saved.json`` (the saved signal); False, reported, when it cannot be."""
         assert self.directory is not None
         body = {
             "checkpoint": saved.name,
@@ -368,7 +408,13 @@ class Checkpointer:
             "request": self._handled_request,
             "time": round(time.time(), 6),
         }
-        _atomic_write(self.directory / SAVED_FILE, json.dumps(body).encode())
+        try:
+            atomic_write(self.directory / SAVED_FILE, json.dumps(body).encode())
+        except OSError as exc:
+            warn(f"{SAVED_FILE} not written for {saved.name} ({why(exc)}); the checkpoint "
+                 "itself is verified")
+            return False
+        return True
 
     def _pending_request(self) -> dict[str, Any] | None:
         assert self.directory is not None

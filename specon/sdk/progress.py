@@ -1,5 +1,9 @@
 """Progress reporting: one JSON line per logged step, to the progress file and to stdout.
 
+A progress file that cannot be written (a full or read-only volume) never stops the job: the
+records still go to stdout, stderr says so once, and when the file can be written again a
+``progress-write-failed`` event there counts the records it misses.
+
 Stdlib only, so a training image needs nothing but this package (and its framework)."""
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from specon import names
+from specon.sdk.volume import AppendFile, warn, why
 
 #: Environment variable naming the JSON-lines progress file (on the shared volume).
 ENV_PROGRESS_FILE = names.ENV_PROGRESS_FILE
@@ -49,8 +54,13 @@ class Reporter:
             path = os.environ.get(ENV_PROGRESS_FILE) or None
         self.path = Path(path) if path else None
         self._stdout = stdout
-        self._file: IO[str] | None = None
+        self._file: AppendFile | None = AppendFile(self.path) if self.path is not None else None
         self._last_step = 0
+        #: Records the progress file misses since its writes began to fail, and the first
+        #: failure (reported in the file once it can be written again).
+        self._lost = 0
+        self._lost_since = 0.0
+        self._lost_reason = ""
 
     def _out(self) -> IO[str]:
         return self._stdout if self._stdout is not None else sys.stdout
@@ -58,16 +68,36 @@ class Reporter:
     def emit(self, record: dict[str, Any]) -> dict[str, Any]:
         """Write one record (already shaped) to the progress file and stdout."""
         line = json.dumps(record, separators=(",", ":"), allow_nan=False)
-        if self.path is not None:
-            if self._file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-            self._file.write(line + "\n")
-            self._file.flush()
+        if self._file is not None:
+            self._to_file(line)
         out = self._out()
         out.write(line + "\n")
         out.flush()
         return record
+
+    def _to_file(self, line: str) -> None:
+        assert self._file is not None
+        gap = json.dumps(self._gap(), separators=(",", ":")) if self._lost else None
+        try:
+            # The gap's event and the record in one write: both there, or neither.
+            self._file.append(((gap + "\n") if gap else "").encode() + line.encode() + b"\n")
+        except OSError as exc:
+            if not self._lost:
+                self._lost_since, self._lost_reason = time.time(), why(exc)
+                warn(f"cannot write the progress file {self.path} ({why(exc)}); records go to "
+                     "stdout only until it can be written again, and the job goes on")
+            self._lost += 1
+            return
+        if gap is not None:
+            self._out().write(gap + "\n")
+            warn(f"the progress file {self.path} is written again ({self._lost} records "
+                 "missing there; stdout has them)")
+            self._lost = 0
+
+    def _gap(self) -> dict[str, Any]:
+        return {"specon": RECORD_VERSION, "event": "progress-write-failed",
+                "time": round(time.time(), 6), "lost": self._lost,
+                "since": round(self._lost_since, 6), "reason": self._lost_reason}
 
     def report(self, loss: float, step: int | None = None, **metrics: Any) -> dict[str, Any]:
         if step is None:
@@ -95,17 +125,18 @@ class Reporter:
         return self.emit(record)
 
     def sync(self) -> None:
-        """Flush and fsync the progress file (before the process stops)."""
+        """Fsync the progress file (before the process stops); a failure is only reported."""
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            try:
+                self._file.sync()
+            except OSError as exc:
+                warn(f"cannot sync the progress file {self.path} ({why(exc)})")
         self._out().flush()
 
     def close(self) -> None:
         if self._file is not None:
             self.sync()
             self._file.close()
-            self._file = None
 
 
 _default: Reporter | None = None

@@ -77,3 +77,26 @@ def test_a_migrated_job_is_never_requested_again(rounds):
             n: (JobState(s.category, s.last_growth, True) if n in r.reallocation_requests else s)
             for n, s in r.states.items()
         }
+
+
+def test_no_valid_loss_for_n_intervals_makes_a_progressing_job_watching():
+    """A loss that stays NaN or inf gives no growth; after NO_VALID_LOSS_INTERVALS such
+    intervals in a row the job is not progressing any more (issue 32)."""
+    from specon.defaults import NO_VALID_LOSS_INTERVALS as N
+
+    s = {"nan": JobState(PC, last_growth=0.5), "ok": JobState(PC, last_growth=0.5)}
+    for k in range(1, N):
+        r = categorize(s, {"nan": None, "ok": 0.5}, A, invalid={"nan": k})
+        assert r.states["nan"] == s["nan"]  # not yet: a few bad intervals are no trend
+    r = categorize(s, {"nan": None, "ok": 0.5}, A, invalid={"nan": N, "ok": 0})
+    assert r.states["nan"] == JobState(WC, last_growth=None)  # its old growth is forgotten
+    assert r.states["ok"].category is PC
+    # watching and converged jobs stay where they are
+    for cat in (WC, CC):
+        r2 = categorize({"j": JobState(cat, 0.01)}, {"j": None}, A, invalid={"j": N + 4})
+        assert r2.states["j"].category is cat
+    # a finite loss again: judged as any job (growth over alpha: progressing)
+    r3 = categorize(r.states, {"nan": 0.5}, A, invalid={"nan": 0})
+    assert r3.states["nan"].category is PC
+    # without the counts (the simulator's jobs never diverge) nothing changes
+    assert categorize(s, {"nan": None}, A).states["nan"] == s["nan"]

@@ -66,3 +66,18 @@ def test_growth_is_finite_and_non_negative(values, dt, cpu):
         if g is not None:
             assert math.isfinite(g.progress) and g.progress >= 0
             assert math.isfinite(g.efficiency) and g.efficiency >= 0
+
+
+def test_intervals_without_a_finite_loss_are_counted_until_a_finite_one():
+    tr, _ = LossTrack().observe([10.0], 30.0, 30.0)
+    tr, _ = tr.observe([9.0], 30.0, 30.0)
+    for k in (1, 2):
+        tr, g = tr.observe([math.nan, math.inf], 30.0, 30.0)
+        assert g is None and tr.invalid == k and tr.last == 9.0
+    assert tr.observe([], 30.0, 30.0) == (tr, None)  # nothing logged: neither counts nor resets
+    tr, g = tr.observe([-math.inf], 30.0, 30.0)
+    assert tr.invalid == 3
+    tr, g = tr.observe([math.nan, 8.0], 30.0, 30.0)
+    assert g is not None and tr.invalid == 0
+    first, _ = LossTrack().observe([math.nan], 30.0, 30.0)
+    assert first.first is None and first.invalid == 1

@@ -113,3 +113,29 @@ def test_parameters_from_the_manager_replace_the_local_ones() -> None:
     assert c.set_parameters(0.01, 0.02, 1.0)
     assert (c.alpha, c.params.alpha, c.params.beta) == (0.01, 0.02, 1.0)
     assert not c.set_parameters(0.01, 0.02, 1.0)
+
+
+def test_a_job_whose_loss_stays_nan_is_watching_after_n_intervals() -> None:
+    """Issue 32: a job whose loss stays NaN kept its last growth and stayed progressing."""
+    from specon.defaults import NO_VALID_LOSS_INTERVALS as N
+
+    c = NodeController(PARAMS, alpha=0.05, per_second=CORE_NS)
+    for cid in ("nan", "ok"):
+        c.arrive(cid, 0.0, 0)
+    t = 0.0
+    for k in range(3):  # both fall steadily: progressing, with a growth
+        t += 60.0
+        c.add_losses("nan", falling(10.0 - k, 9.0 - k))
+        c.add_losses("ok", falling(10.0 - k, 9.0 - k))
+        c.categorize_tick(t, {"nan": int(t * CORE_NS), "ok": int(t * CORE_NS)})
+    assert c.jobs["nan"].cat.category is Category.PROGRESSING
+    assert c.jobs["nan"].growth is not None
+    for k in range(N):
+        t += 60.0
+        c.add_losses("nan", [math.nan] * 20)
+        c.add_losses("ok", falling(7.0 - k, 6.0 - k))
+        c.categorize_tick(t, {"nan": int(t * CORE_NS), "ok": int(t * CORE_NS)})
+        want = Category.WATCHING if k == N - 1 else Category.PROGRESSING
+        assert c.jobs["nan"].cat.category is want, k
+    assert c.jobs["nan"].growth is None  # no stale growth reported
+    assert c.jobs["ok"].cat.category is Category.PROGRESSING
