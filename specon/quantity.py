@@ -32,8 +32,8 @@ _QUANTITY = re.compile(
 )
 _DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY_SI = {"K": 10, "M": 20, "G": 30, "T": 40, "P": 50, "E": 60}
-#: Decimal exponents beyond this are refused (a float holds no more; the API server's own limit
-#: is near it too).
+#: Decimal exponents beyond this are refused before any arithmetic (a float holds no more than
+#: about 1e308; a CPU count anywhere near it is nonsense anyway).
 _MAX_EXPONENT = 400
 _GRAMMAR = ("a signed decimal number followed by a binary suffix (Ki Mi Gi Ti Pi Ei), a "
             "decimal suffix (n u m k M G T P E, or none) or an exponent (e3, E-2)")
