@@ -48,6 +48,7 @@ from specon.core.policy import POLICIES
 from specon.names import ANNOTATION_TOTAL_STEPS as TOTAL_STEPS
 from specon.sim.engine import Simulator
 from specon.sim.model import SimConfig
+from specon.sim.runner import t95
 from specon.workload.load import parse_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,8 +185,7 @@ def interval(values: list[float]) -> tuple[float, float]:
     m = statistics.mean(values)
     if len(values) < 2:
         return m, 0.0
-    from scipy.stats import t  # the simulator's extra; only for the interval's quantile
-    return m, float(t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / len(values) ** 0.5
+    return m, t95(len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
 
 
 def main() -> None:

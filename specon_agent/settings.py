@@ -15,13 +15,14 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     CliSettingsSource,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
+    YamlConfigSettingsSource,
 )
 
 from specon import defaults
@@ -34,18 +35,27 @@ class SettingsProblem(Exception):
     """The settings cannot be used: the message is one line saying which and why."""
 
 
-class _FileSource(PydanticBaseSettingsSource):
-    """Values from the YAML config file (below flags and environment)."""
+class _ConfigFile(YamlConfigSettingsSource):
+    """pydantic-settings' YAML source for the file named by ``--config`` (below flags and
+    environment), which may also use the flags' kebab-case names; a file that is not YAML or
+    not a mapping is a :class:`SettingsProblem` naming it."""
 
-    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self.values = values
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            doc = super()._read_file(file_path)
+        except yaml.YAMLError as exc:
+            raise SettingsProblem(
+                f"config file {file_path}: not YAML ({exc.__class__.__name__})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsProblem(f"config file {file_path}: {_why(exc)}") from None
+        if not isinstance(doc, dict):
+            raise SettingsProblem(f"config file {file_path}: must be a mapping of settings")
+        return {str(k).replace("-", "_"): v for k, v in doc.items()}
 
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self.values.get(field_name), field_name, False
 
-    def __call__(self) -> dict[str, Any]:
-        return dict(self.values)
+def _why(exc: Exception) -> str:
+    return (exc.strerror if isinstance(exc, OSError) and exc.strerror else
+            exc.__class__.__name__)
 
 
 class AgentSettings(BaseSettings):
@@ -58,7 +68,8 @@ class AgentSettings(BaseSettings):
         cli_kebab_case=True,
         cli_implicit_flags=True,
     )
-    _file_values: ClassVar[dict[str, Any]] = {}
+    #: The config file :func:`load_settings` read for the object being built (None: none).
+    _config_file: ClassVar[_ConfigFile | None] = None
 
     config: Path | None = Field(None, description="YAML file with settings (below flags and env)")
     mode: Literal["standalone", "cluster"] = Field(
@@ -148,7 +159,8 @@ class AgentSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _FileSource(settings_cls, cls._file_values))
+        file = () if cls._config_file is None else (cls._config_file,)
+        return (init_settings, env_settings, *file)
 
     @model_validator(mode="after")
     def _policy_runs_here(self) -> AgentSettings:
@@ -170,43 +182,36 @@ class AgentSettings(BaseSettings):
         return SA_TOKEN if SA_TOKEN.exists() else None
 
 
-def _config_path(argv: Sequence[str]) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--config="):
-            return arg.split("=", 1)[1]
-    return os.environ.get("SPECON_AGENT_CONFIG") or None
-
-
-def _read_file(path: str) -> dict[str, Any]:
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise SettingsProblem(f"config file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise SettingsProblem(f"config file {path}: not YAML ({exc.__class__.__name__})") from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise SettingsProblem(f"config file {path}: must be a mapping of settings")
-    # The file may use the flags' kebab-case names too.
-    return {str(k).replace("-", "_"): v for k, v in doc.items()}
-
-
 def load_settings(argv: Sequence[str]) -> AgentSettings:
     """Settings from ``argv``, the environment and the config file; :class:`SettingsProblem`
     (one line) when they cannot be used. ``--help`` prints and raises SystemExit(0)."""
-    path = _config_path(argv)
-    AgentSettings._file_values = _read_file(path) if path else {}
     try:
         cli: CliSettingsSource[AgentSettings] = CliSettingsSource(
             AgentSettings, cli_parse_args=list(argv), cli_exit_on_error=False)
-        return AgentSettings(_cli_settings_source=cli(args=list(argv)))  # type: ignore[call-arg]
+        parsed = cli(args=list(argv))
+        given = {**EnvSettingsSource(AgentSettings)(), **parsed()}  # flags over environment
+    except SettingsError as exc:
+        raise SettingsProblem(str(exc).splitlines()[0]) from None
+    path = Path(given["config"]) if given.get("config") else None
+    file = None
+    if path is not None:
+        try:
+            path.open("rb").close()  # the YAML source would skip a missing file silently
+        except OSError as exc:
+            raise SettingsProblem(f"config file {path}: {_why(exc)}") from None
+        file = _ConfigFile(AgentSettings, yaml_file=path)
+    AgentSettings._config_file = file
+    try:
+        return AgentSettings(_cli_settings_source=parsed)  # type: ignore[call-arg]
     except SettingsError as exc:
         raise SettingsProblem(str(exc).splitlines()[0]) from None
     except ValidationError as exc:
         first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
         where = ".".join(str(p) for p in first["loc"]) or "settings"
+        if file is not None and field in file.yaml_data and field not in given:
+            where = f"config file {path}: {where}"  # the file set it: neither flag nor env
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise SettingsProblem(f"{where}: {first['msg']}{more}") from None
+    finally:
+        AgentSettings._config_file = None

@@ -51,6 +51,7 @@ from specon_manager.kube import (
     annotations_of,
     controller_ref,
     event_body,
+    events_path,
     labels_of,
     meta,
     owner_path,
@@ -658,9 +659,9 @@ class MigrationController:
     def _event(self, obj: dict[str, Any], reason: str, message: str,
                kind: str = "Pod", warning: bool = False) -> None:
         md = meta(obj)
-        body = event_body(obj, reason, message, kind, warning)
+        body = event_body(obj, reason, message, action="Migrate", kind=kind, warning=warning)
         try:
-            self.kube.create(f"/api/v1/namespaces/{md['namespace']}/events", body)
+            self.kube.create(events_path(md["namespace"]), body)
         except (KubeError, OSError) as exc:  # an event is never worth failing a migration
             log.warning("event %s on %s/%s not recorded: %s", reason, md["namespace"],
                         md["name"], exc)

@@ -17,7 +17,7 @@ from specon.core.policy import lookup
 from specon.core.scoring import Weights
 from specon_manager.app import create_app
 from specon_manager.identity import TOKENREVIEW_PATH, TokenReviewer
-from specon_manager.kube import Kube, KubeError, event_body, meta, pod_path
+from specon_manager.kube import Kube, KubeError, event_body, events_path, meta, pod_path
 from specon_manager.leader import LeaseElector
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
@@ -256,8 +256,9 @@ def _warning_sender(kube: Kube) -> Any:
             return
         md: dict[str, Any] = dict(meta(real))
         try:
-            kube.create(f"/api/v1/namespaces/{md['namespace']}/events", event_body(
-                {"apiVersion": "v1", "metadata": md}, reason, message, warning=True))
+            kube.create(events_path(md["namespace"]), event_body(
+                {"apiVersion": "v1", "metadata": md}, reason, message, action="ValidateQoS",
+                warning=True))
         except (KubeError, OSError) as exc:
             log.warning("event %s on %s/%s not recorded: %s", reason, md.get("namespace"),
                         md.get("name"), exc)

@@ -8,16 +8,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from scipy.stats import t as student_t
+
 from specon.core.policy import POLICIES
 from specon.sim.engine import Simulator
 from specon.sim.model import RunResult, SimConfig
 from specon.sim.oracle import simulate_oracle
 from specon.workload.models import Workload
 
-#: Two-sided 95% Student t critical values by degrees of freedom (1..30); 1.96 beyond.
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+def t95(df: int) -> float:
+    """The two-sided 95% Student t critical value for ``df`` degrees of freedom (the 0.975
+    quantile), exact at every ``df``; the one place the simulator and the benchmarks take it."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    return float(student_t.ppf(0.975, df))
+
 
 #: Metrics compared across policies (lower is better for all of them).
 METRICS = ("avg_completion_s", "p50_completion_s", "p95_completion_s", "makespan_s",
@@ -37,10 +43,8 @@ class Stat:
             return Stat(math.nan, math.nan, 0)
         if len(vals) == 1:
             return Stat(vals[0], 0.0, 1)
-        df = len(vals) - 1
-        t = _T95[df - 1] if df <= len(_T95) else 1.96
-        return Stat(statistics.fmean(vals), t * statistics.stdev(vals) / math.sqrt(len(vals)),
-                    len(vals))
+        n = len(vals)
+        return Stat(statistics.fmean(vals), t95(n - 1) * statistics.stdev(vals) / math.sqrt(n), n)
 
 
 @dataclass

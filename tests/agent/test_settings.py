@@ -77,3 +77,30 @@ def test_help_lists_the_settings() -> None:
     for flag in ("--mode", "--actuator", "--manager-url", "--token-file", "--interval-s",
                  "--restore-on-exit"):
         assert flag in r.stdout
+
+
+def test_a_bad_value_in_the_file_names_the_file_and_the_field(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPECON_AGENT_CONFIG", raising=False)
+    monkeypatch.delenv("SPECON_AGENT_POLL_S", raising=False)
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("poll-s: 0\n")
+    with pytest.raises(SettingsProblem) as err:
+        load_settings(["--config", str(cfg)])
+    assert str(err.value) == f"config file {cfg}: poll_s: Input should be greater than 0"
+    # the same field set by a flag is the flag's error, not the file's
+    with pytest.raises(SettingsProblem, match=r"^poll_s: Input should be less than or equal"):
+        load_settings(["--config", str(cfg), "--poll-s", "61"])
+    # an unknown key names the file too
+    cfg.write_text("pol_s: 1\n")
+    with pytest.raises(SettingsProblem, match=rf"^config file {cfg}: pol_s: Extra inputs"):
+        load_settings(["--config", str(cfg)])
+
+
+def test_an_empty_file_or_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPECON_AGENT_CONFIG", raising=False)
+    cfg = tmp_path / "empty.yaml"
+    cfg.write_text("")
+    assert load_settings(["--config", str(cfg)]).alpha == defaults.ALPHA
+    with pytest.raises(SettingsProblem, match=f"config file {tmp_path}: Is a directory"):
+        load_settings([f"--config={tmp_path}"])

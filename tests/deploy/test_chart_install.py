@@ -27,6 +27,7 @@ from deploylib import ACTUATORS, CHART, DEPLOY, docs, helm, pod_spec, render, se
 from planelib import Plane, free_port, write_kubeconfig
 
 from specon import defaults
+from specon_manager.kube import event_body
 
 pytestmark = pytest.mark.plane
 
@@ -238,7 +239,7 @@ def can_i(install: Install, component: str, *args: str) -> bool:
 EVICT = ["create", "pods", "--subresource=eviction"]
 # NS: the release's namespace (in manager.trainingNamespaces); OTHER: one that did not opt in.
 WRITES = [["create", "pods"], ["patch", "pods"], ["delete", "pods"], EVICT,
-          ["patch", "jobs.batch"], ["create", "events"]]
+          ["patch", "jobs.batch"], ["create", "events"], ["create", "events.events.k8s.io"]]
 
 
 @pytest.mark.parametrize(("component", "allowed", "refused"), [
@@ -334,6 +335,12 @@ def test_each_forbidden_write_is_refused_by_the_api_server(installed: Install) -
     event = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "victim."},
              "involvedObject": {"kind": "Pod", "name": "victim", "namespace": other},
              "reason": "Planted", "message": "x"}
+
+    def v1_event(where: str) -> str:
+        """An Event as the manager posts it (events.k8s.io/v1)."""
+        return json.dumps(event_body({"apiVersion": "v1", "metadata": {
+            "name": "victim", "namespace": where}}, "Planted", "x", action="Migrate"))
+
     # The manager's writes, everywhere but in the namespaces that opted in: refused.
     refusals = {
         "create a pod in kube-system": as_manager(
@@ -345,6 +352,8 @@ def test_each_forbidden_write_is_refused_by_the_api_server(installed: Install) -
         "evict a pod": evict_in(other),
         "patch a Job": as_manager("annotate", "-n", other, "job", "victim-job", "x=y"),
         "post an event": as_manager("create", "-n", other, "-f", "-", input=json.dumps(event)),
+        "post an events.k8s.io event": as_manager("create", "-n", other, "-f", "-",
+                                                  input=v1_event(other)),
     }
     for what, res in refusals.items():
         assert _refused(res), (what, res.stdout, res.stderr)
@@ -352,6 +361,9 @@ def test_each_forbidden_write_is_refused_by_the_api_server(installed: Install) -
     assert as_manager("annotate", "-n", ns, "pod", "victim", "x=y").returncode == 0
     assert as_manager("annotate", "-n", ns, "job", "victim-job", "x=y").returncode == 0
     res = evict_in(ns)
+    assert res.returncode == 0, res.stderr
+    # the manager's own Event body, as the API server validates it (events.k8s.io/v1)
+    res = as_manager("create", "-n", ns, "-f", "-", input=v1_event(ns))
     assert res.returncode == 0, res.stderr
     # The agent: no pod writes but resize, and a resize only on its own node.
     plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(_pinned("on-b", b)))

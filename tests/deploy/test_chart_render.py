@@ -315,6 +315,9 @@ def test_pod_writes_are_bound_only_in_the_training_namespaces(
     writer = one(objs, "ClusterRole", "specon-manager-writer")
     assert {r for rule in writer["rules"] for r in rule["resources"]} == {
         "pods", "pods/eviction", "jobs", "statefulsets", "replicasets", "pytorchjobs", "events"}
+    # events: the events.k8s.io group the manager posts to, and the core one beside it
+    assert {g for rule in writer["rules"] if "events" in rule["resources"]
+            for g in rule["apiGroups"]} == {"", "events.k8s.io"}
     bound = [b for b in find(objs, "RoleBinding") if b["roleRef"]["name"] == writer[
         "metadata"]["name"]]
     assert sorted(b["metadata"]["namespace"] for b in bound) == ["team-a", "team-b"]

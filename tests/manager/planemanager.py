@@ -67,9 +67,15 @@ class Api:
     def job(self, ns: str, name: str) -> dict[str, Any] | None:
         return self.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")
 
+    def event_items(self, ns: str) -> list[dict[str, Any]]:
+        """The namespace's Events as the manager posts them (events.k8s.io/v1: ``reason``,
+        ``note``, ``regarding``, ``reportingController``)."""
+        items: list[dict[str, Any]] = (
+            self.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events") or {})["items"]
+        return items
+
     def events(self, ns: str) -> list[str]:
-        items = (self.get(f"/api/v1/namespaces/{ns}/events") or {})["items"]
-        return [e["reason"] for e in items]
+        return [e["reason"] for e in self.event_items(ns)]
 
     def close(self) -> None:
         self.http.close()

@@ -244,10 +244,8 @@ def test_shapes_that_cannot_move_are_answered_stay_with_the_reason_and_an_event(
         assert reply["decision"] == "stay" and reply["migrated"] is True, reply
         assert wanted[prefix] in reply["reason"], reply
         assert running_on(api, ns, pod) == mnodes[3]
-    refused = plane.kubectl("get", "events", "-n", ns, "--field-selector",
-                            "reason=MigrationRefused", "-o",
-                            "jsonpath={range .items[*]}{.involvedObject.name}: {.message}"
-                            "{\"\\n\"}{end}").stdout
+    refused = "\n".join(f"{e['regarding']['name']}: {e.get('note', '')}"
+                        for e in api.event_items(ns) if e["reason"] == "MigrationRefused")
     for pod in names.values():
         line = next((ln for ln in refused.splitlines() if ln.startswith(pod + ":")), "")
         assert "cannot be migrated" in line, refused

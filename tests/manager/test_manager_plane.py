@@ -432,9 +432,8 @@ def test_a_source_that_stays_terminating_is_reported_and_the_job_waits_then_move
         source = api.pod(ns, "train-s")
         assert source is not None and source["metadata"].get("deletionTimestamp")
         assert job.starts == 1  # the replacement has not run: the source still exists
-        text = plane.kubectl("get", "events", "-n", ns, "--field-selector",
-                             "reason=MigrationSourceStuck", "-o",
-                             "jsonpath={.items[*].message}").stdout
+        text = " ".join(e.get("note", "") for e in api.event_items(ns)
+                        if e["reason"] == "MigrationSourceStuck")
         assert "node.kubernetes.io/out-of-service" in text and f"node {mnodes[3]} is Ready" in text
         assert "specon_migration_source_stuck_total 1.0" in httpx.get(
             f"{manager.url}/metrics").text
@@ -869,7 +868,8 @@ def test_a_job_outside_the_managers_training_namespaces_is_never_moved(
     plane.kubectl("create", "namespace", allowed)
     writes = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "patch", "delete"]},
               {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-              {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+              {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+              {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]
     reads = [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list"]},
              {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
              {"apiGroups": ["apps"], "resources": ["statefulsets", "replicasets"],

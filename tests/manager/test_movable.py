@@ -269,4 +269,4 @@ def test_a_refused_opted_in_pod_gets_an_event_with_the_reason() -> None:
     reply, kube = _start(p)
     assert (reply.decision, reply.migrated) == ("stay", True)
     assert "owned by a DaemonSet" in reply.reason
-    assert kube.writes == ["/api/v1/namespaces/n/events"]
+    assert kube.writes == ["/apis/events.k8s.io/v1/namespaces/n/events"]

@@ -91,8 +91,7 @@ def qos_pod(name: str, tag: str, **annotations: str) -> dict[str, Any]:
 
 
 def events_of(api: Api, ns: str, reason: str) -> list[dict[str, Any]]:
-    items = (api.get(f"/api/v1/namespaces/{ns}/events") or {})["items"]
-    return [e for e in items if e["reason"] == reason]
+    return [e for e in api.event_items(ns) if e["reason"] == reason]
 
 
 def test_a_malformed_deadline_gets_one_invalid_qos_event_and_the_pod_is_scheduled(
@@ -110,10 +109,10 @@ def test_a_malformed_deadline_gets_one_invalid_qos_event_and_the_pod_is_schedule
     pod = qapi.pod(ns, "late")
     assert pod is not None
     assert len(ev) == 1 and ev[0]["type"] == "Warning"
-    assert ev[0]["source"]["component"] == "specon-manager"
-    assert ev[0]["involvedObject"]["name"] == "late"
-    assert ev[0]["involvedObject"]["uid"] == pod["metadata"]["uid"]
-    assert "specon.io/deadline" in ev[0]["message"] and "tomorrow" in ev[0]["message"]
+    assert ev[0]["reportingController"] == "specon-manager"
+    assert ev[0]["regarding"]["name"] == "late"
+    assert ev[0]["regarding"]["uid"] == pod["metadata"]["uid"]
+    assert "specon.io/deadline" in ev[0]["note"] and "tomorrow" in ev[0]["note"]
     # the same pod asked about again (a retry, another replica's cache miss): no second event
     for verb in ("filter", "prioritize"):
         r = httpx.post(f"{qmanager.url}/{verb}", json={"Pod": pod, "NodeNames": qnodes})

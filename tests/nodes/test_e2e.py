@@ -190,7 +190,7 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     upgrade: dict[str, Any] = {}
 
     def reasons() -> list[str]:
-        return k("get", "events", "-n", training, "-o",
+        return k("get", "events.events.k8s.io", "-n", training, "-o",
                  "jsonpath={range .items[*]}{.reason}{'\\n'}{end}").stdout.split()
 
     def moved() -> dict[str, Any] | None:
