@@ -48,6 +48,7 @@ from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
 from .progress import ProgressSource
 from .qos_tracker import JobQos
 from .safefs import ConfinementError, open_beneath, read_beneath, sha256_beneath, write_beneath
+from .tenancy import count_refusals
 from .threads import write_thread_hint
 
 #: saved.json, a manifest, request.json: small JSON files; a bigger one is refused unread.
@@ -212,6 +213,7 @@ class Agent:
         if target.cid in self.jobs:
             return
         source = self._source(target)
+        count_refusals(target.name, target.file_refusals, self.metrics.confinement_refusals)
         self.actuator.register(target.cid, target.namespace, target.pod, target.container)
         self.jobs[target.cid] = job = _Followed(target, source, arrived=now,
                                                 cpu0=self.meter.usage_ns(target.cid))

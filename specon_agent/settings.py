@@ -93,7 +93,8 @@ class AgentSettings(BaseSettings):
     pod_log_root: Path = Field(Path("/var/log/pods"), description="the kubelet's pod log folder")
     progress_root: Path | None = Field(
         None, description="where the agent sees the shared volume that holds progress files "
-        "(cluster mode; pod annotation specon.io/progress-file is relative to it)")
+        "(cluster mode; a pod's annotation specon.io/progress-file is relative to its "
+        "namespace's folder of it, <root>/<namespace>/)")
 
     # The shipped parameters (specon/defaults.py); in cluster mode the manager's replace them.
     alpha: float = Field(defaults.ALPHA, gt=0,
