@@ -42,6 +42,7 @@ from .actuators import Actuator, ActuatorError, ContainerGone
 from .checkpoints import SMALL_FILE, CheckpointProofs, Proof, checkpoint_dirfd
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Event, Resync, Target
+from .health import LoopWatchdog, stall_bound
 from .link import ManagerLink
 from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
 from .progress import ProgressSource
@@ -72,6 +73,9 @@ class LoopConfig:
     checkpoint_max_bytes: int = 64 << 30
     #: The longest one pass waits for checkpoint hashes, done by a worker thread (seconds).
     checkpoint_hash_budget_s: float = 0.5
+    #: /healthz fails once the loop has not completed a pass for this long (seconds; None:
+    #: three poll intervals, at least 30 s: specon_agent.health.stall_bound).
+    stall_s: float | None = None
     #: Quality targets and deadlines: how often they are judged, the window of the step rate,
     #: and the lowest limit (cores) a job that can spare CPU is held at.
     qos_interval_s: float = 15.0
@@ -176,6 +180,7 @@ class Agent:
         self.metrics.node_cpus.set(actuator.node_cpus)
         self.proofs = CheckpointProofs(self.metrics, config.checkpoint_max_bytes,
                                        config.checkpoint_hash_budget_s)
+        self.watchdog = LoopWatchdog(stall_bound(config.poll_s, config.stall_s))
         if link is not None:
             link._on_reply = lambda reply: self._inbox.items.put(reply)
             link._on_realloc = lambda req, reply: self._inbox.items.put((req, reply))
@@ -669,6 +674,7 @@ class Agent:
                         break
                     self._guarded(self.handle, more)
             self._guarded(self.step)
+            self.watchdog.beat()  # a pass completed (/healthz)
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         # The loop must outlive any one failure: log it with its traceback and go on.

@@ -145,6 +145,7 @@ class ManagerLink:
         self._on_outcome = on_outcome or (lambda _k, _o: None)
         self._lock = threading.Condition()
         self._heartbeat: Heartbeat | None = None
+        self._delivered: Heartbeat | None = None  # the last heartbeat the manager answered
         self._requests: collections.deque[ReallocationRequest] = collections.deque(maxlen=256)
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -156,6 +157,12 @@ class ManagerLink:
         """The newest state to report; an older one not yet sent is replaced, not queued."""
         with self._lock:
             self._heartbeat = hb
+
+    def _fresh_heartbeat(self) -> Heartbeat | None:
+        """The newest heartbeat unless it was delivered already: one is sent once, so a control
+        loop that stops making them (stalled) stops the heartbeats and the manager sees the
+        node stale (specon_agent/health.py). A failed one is sent again until delivered."""
+        return None if self._heartbeat is self._delivered else self._heartbeat
 
     def request_reallocation(self, req: ReallocationRequest) -> None:
         with self._lock:
@@ -219,7 +226,7 @@ class ManagerLink:
                 if self._stop:
                     return
                 req = self._requests.popleft() if self._requests else None
-                hb = self._heartbeat if req is None else None
+                hb = self._fresh_heartbeat() if req is None else None
             if req is not None:
                 self._send_request(req)
                 continue
@@ -308,6 +315,7 @@ class ManagerLink:
             self._on_outcome("heartbeat", "bad_reply")
             return False
         self._on_reply(reply)
+        self._delivered = hb
         return True
 
     def _send_request(self, req: ReallocationRequest) -> None:

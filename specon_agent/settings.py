@@ -136,8 +136,12 @@ class AgentSettings(BaseSettings):
     http_timeout_s: float = Field(5.0, gt=0, le=120, description="timeout of one manager call")
     backoff_max_s: float = Field(60.0, gt=0, description="longest wait between retries (s)")
 
-    metrics_port: int = Field(9108, ge=0, le=65535, description="/metrics port (0: off)")
+    metrics_port: int = Field(9108, ge=0, le=65535,
+                              description="/metrics and /healthz port (0: off)")
     metrics_address: str = Field("0.0.0.0", description="address /metrics listens on")
+    loop_stall_s: float | None = Field(
+        None, gt=0, description="/healthz answers 503 once the control loop has not completed "
+        "a pass for this long (s; default: 3 x poll_s, at least 30)")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod
