@@ -22,6 +22,7 @@ from .actuators.ledger import Ledger
 from .agent import Agent, LoopConfig
 from .cpu import CpuMeter
 from .discovery import DockerDiscovery, KubeDiscovery
+from .health import serve
 from .link import ManagerLink
 from .metrics import AgentMetrics
 from .settings import AgentSettings, SettingsProblem, load_settings
@@ -165,7 +166,8 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
         flowcon_max_interval_s=settings.flowcon_max_interval_s, poll_s=settings.poll_s,
         tail_bytes=settings.tail_bytes, restore_on_exit=settings.restore_on_exit,
         qos_interval_s=settings.qos_interval_s, qos_window_s=settings.qos_window_s,
-        qos_floor_cores=settings.qos_floor_cores, policy=settings.policy)
+        qos_floor_cores=settings.qos_floor_cores, policy=settings.policy,
+        stall_s=settings.loop_stall_s)
     agent = Agent(config, actuator, meter, link=link, metrics=metrics)
     log.info("specon-agent %s mode on node %s: policy %s, actuator %s (%.3g CPUs), CPU use "
              "from %s, manager %s", settings.mode, settings.node_name, settings.policy,
@@ -200,11 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     # `kill -USR1` prints every thread's stack: what an operator needs for a stuck agent.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    if settings.metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(settings.metrics_port, settings.metrics_address,
-                          registry=agent.metrics.registry)
+    if settings.metrics_port:  # /metrics, and /healthz for the livenessProbe
+        serve(agent.metrics.registry, agent.watchdog, settings.metrics_port,
+              settings.metrics_address)
     discovery.start(agent.events)
     if agent.link is not None:
         agent.link.start()

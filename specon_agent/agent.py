@@ -8,7 +8,6 @@ the agent deterministically against real containers.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import math
@@ -30,7 +29,6 @@ from specon.core.progress import JobLoad, measured_load
 from specon.core.scoring import Weights
 from specon.core.threads import threads_for_limit
 from specon.core.urgency import Assessment
-from specon.sdk import SAVED_FILE
 from specon.wire import (
     CheckpointRequest,
     Heartbeat,
@@ -42,17 +40,17 @@ from specon.wire import (
 )
 
 from .actuators import Actuator, ActuatorError, ContainerGone
+from .checkpoints import SMALL_FILE, CheckpointProofs, Proof, checkpoint_dirfd
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Event, Resync, Target
+from .health import LoopWatchdog, stall_bound
 from .link import ManagerLink
 from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
 from .progress import ProgressSource
 from .qos_tracker import JobQos
-from .safefs import ConfinementError, open_beneath, read_beneath, sha256_beneath, write_beneath
+from .safefs import ConfinementError, read_beneath, write_beneath
+from .tenancy import count_refusals
 from .threads import write_thread_hint
-
-#: saved.json, a manifest, request.json: small JSON files; a bigger one is refused unread.
-SMALL_FILE = 1 << 16
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +72,11 @@ class LoopConfig:
     #: The largest checkpoint data file the agent hashes (bytes): a bigger one is refused
     #: before it is read, whatever its manifest says (docs/security.md).
     checkpoint_max_bytes: int = 64 << 30
+    #: The longest one pass waits for checkpoint hashes, done by a worker thread (seconds).
+    checkpoint_hash_budget_s: float = 0.5
+    #: /healthz fails once the loop has not completed a pass for this long (seconds; None:
+    #: three poll intervals, at least 30 s: specon_agent.health.stall_bound).
+    stall_s: float | None = None
     #: Quality targets and deadlines: how often they are judged, the window of the step rate,
     #: and the lowest limit (cores) a job that can spare CPU is held at.
     qos_interval_s: float = 15.0
@@ -129,10 +132,7 @@ class _Followed:
     stats_seen: tuple[int, int, int] = (0, 0, 0)  # rotations, truncations, bytes
     refusal_seen: bool = False  # its progress file was refused (counted once)
     asked: bool = False  # a reallocation was asked (standalone: said once)
-    #: saved.json and its manifest as last read with the data file's stat, and the checkpoint
-    #: they proved (None: it did not verify).
-    saved_seen: tuple[str, str, tuple[int, ...]] | None = None
-    checkpoint: SavedCheckpoint | None = None
+    proof: Proof = field(default_factory=Proof)  # its checkpoint folder as last read
     qos: JobQos | None = None  # its target / deadline, when the pod states one
     threads_hint: int | None = None  # the thread count last written into its threads.json
 
@@ -186,6 +186,9 @@ class Agent:
         self.seq = 0
         self._retry_at = -math.inf
         self.metrics.node_cpus.set(actuator.node_cpus)
+        self.proofs = CheckpointProofs(self.metrics, config.checkpoint_max_bytes,
+                                       config.checkpoint_hash_budget_s)
+        self.watchdog = LoopWatchdog(stall_bound(config.poll_s, config.stall_s))
         if link is not None:
             link._on_reply = lambda reply: self._inbox.items.put(reply)
             link._on_realloc = lambda req, reply: self._inbox.items.put((req, reply))
@@ -221,6 +224,7 @@ class Agent:
         if target.cid in self.jobs:
             return
         source = self._source(target)
+        count_refusals(target.name, target.file_refusals, self.metrics.confinement_refusals)
         self.actuator.register(target.cid, target.namespace, target.pod, target.container)
         self.jobs[target.cid] = job = _Followed(target, source, arrived=now,
                                                 cpu0=self.meter.usage_ns(target.cid))
@@ -251,6 +255,7 @@ class Agent:
         if job.source is not None:
             job.source.close()
         self.control.depart(cid, now)
+        self.proofs.hasher.forget(cid)
         self.actuator.forget(cid)  # its limit goes with it
         self.meter.forget(cid)
         self.metrics.forget_job(self._label(job.target))
@@ -369,7 +374,7 @@ class Agent:
         if threads_for_limit(cores, self.actuator.node_cpus) == job.threads_hint:
             return
         written = write_thread_hint(job.target.checkpoint_dir, cores, self.actuator.node_cpus,
-                                    job.target.name, opener=lambda: self._checkpoint_dirfd(job))
+                                    job.target.name, opener=lambda: checkpoint_dirfd(job.target))
         if written is not None:
             job.threads_hint = written
 
@@ -541,7 +546,7 @@ class Agent:
         if done:
             body["done"] = True
         try:
-            dfd = self._checkpoint_dirfd(job)
+            dfd = checkpoint_dirfd(job.target)
             try:
                 try:
                     if json.loads(read_beneath(dfd, "request.json", SMALL_FILE)).get("id") == rid:
@@ -558,22 +563,6 @@ class Agent:
         except (OSError, ValueError, AttributeError) as exc:
             log.warning("cannot write %s: %s", path, exc)
 
-    def _checkpoint_dirfd(self, job: _Followed) -> int:
-        """An fd for the job's checkpoint folder: opened beneath the file root (no symlink, no
-        ``..``) when the folder came from a pod's annotation; every file in it is then opened
-        beneath that fd."""
-        d, root = job.target.checkpoint_dir, job.target.file_root
-        assert d is not None
-        if root is None:
-            return os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            rel = d.relative_to(root)
-        except ValueError as exc:
-            raise ConfinementError(errno.EXDEV, f"{d} is not beneath {root}") from exc
-        if str(rel) == ".":
-            return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        return open_beneath(root, str(rel), os.O_RDONLY | os.O_DIRECTORY, regular=False)
-
     def _on_reallocation(self, req: ReallocationRequest, reply: ReallocationReply) -> None:
         if not reply.migrated:
             return
@@ -582,103 +571,14 @@ class Agent:
                 self.control.mark_migrated(cid)
 
     def checkpoint_of(self, job: _Followed) -> SavedCheckpoint | None:
-        """The job's last checkpoint as its ``saved.json`` names it, once the named checkpoint
-        verifies against its manifest (docs/training-contract.md §4); None otherwise. The data
-        is hashed again only when ``saved.json``, the manifest or the data file changed: a
-        checkpoint can be large, and a heartbeat goes out every few seconds."""
-        directory = job.target.checkpoint_dir
-        if directory is None:
-            return None
-        try:
-            dfd = self._checkpoint_dirfd(job)
-        except ConfinementError as exc:
-            self._checkpoint_refused(job, exc)
-            return None
-        except OSError:
-            job.saved_seen, job.checkpoint = None, None
-            return None
-        try:
-            return self._checkpoint_in(job, dfd)
-        except ConfinementError as exc:
-            self._checkpoint_refused(job, exc)
-            return None
-        finally:
-            os.close(dfd)
-
-    def _checkpoint_refused(self, job: _Followed, exc: ConfinementError) -> None:
-        key = ("refused", str(exc), ())
-        if job.saved_seen != key:  # once per distinct refusal, not every heartbeat
-            job.saved_seen, job.checkpoint = key, None
-            self.metrics.confinement_refusals.labels("checkpoint").inc()
-            self.metrics.checkpoints.labels("rejected").inc()
-            log.warning("%s: checkpoint not reported, refused: %s", job.target.name, exc)
-
-    def _checkpoint_in(self, job: _Followed, dfd: int) -> SavedCheckpoint | None:
-        try:
-            text = read_beneath(dfd, SAVED_FILE, SMALL_FILE).decode("utf-8", "replace")
-        except ConfinementError:
-            raise
-        except OSError:
-            job.saved_seen, job.checkpoint = None, None
-            return None
-        try:
-            saved = json.loads(text)
-            name = str(saved["checkpoint"])
-            manifest = read_beneath(dfd, f"{name}.json", SMALL_FILE).decode("utf-8", "replace")
-            meta = json.loads(manifest)
-            data_name, declared = str(meta["file"]), int(meta["bytes"])
-            expected = str(meta["sha256"])
-            if "/" in data_name or data_name in (".", ".."):
-                raise ConfinementError(errno.EXDEV, f"manifest names {data_name!r}, not a file "
-                                       "of the checkpoint folder")
-            fd = open_beneath(dfd, data_name)
-            try:
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
-        except ConfinementError:
-            raise
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            if job.saved_seen != (text, "", ()):
-                job.saved_seen, job.checkpoint = (text, "", ()), None
-                log.warning("%s: %s names no readable checkpoint (%s)", job.target.name,
-                            SAVED_FILE, exc)
-                self.metrics.checkpoints.labels("unreadable").inc()
-            return None
-        seen = (text, manifest, (st.st_ino, st.st_mtime_ns, st.st_size))
-        if seen == job.saved_seen:
-            return job.checkpoint
-        job.saved_seen, job.checkpoint = seen, None
-        problem: str | None = None
-        try:
-            sha256 = sha256_beneath(dfd, data_name, declared, self.config.checkpoint_max_bytes)
-        except ConfinementError:
-            raise
-        except OSError as exc:
-            problem, sha256 = f"data file unreadable ({type(exc).__name__})", ""
-        if problem is None and sha256 != expected:
-            problem = "checksum mismatch"
-        if problem is None and saved.get("sha256") != sha256:
-            problem = "saved.json and the manifest disagree on the checksum"
-        if problem is None:
-            try:
-                job.checkpoint = SavedCheckpoint(
-                    request=saved.get("request"), name=name, step=saved["step"], sha256=sha256,
-                    time=saved["time"])
-            except (KeyError, ValueError) as exc:
-                problem = f"bad fields in {SAVED_FILE} ({exc})"
-        if problem is not None or job.checkpoint is None:
-            log.warning("%s: checkpoint %s not reported: %s", job.target.name, name, problem)
-            self.metrics.checkpoints.labels("rejected").inc()
-            return None
-        self.metrics.checkpoints.labels("verified").inc()
-        log.info("%s: checkpoint %s (step %d, request %s) verified", job.target.name, name,
-                 job.checkpoint.step, job.checkpoint.request)
-        return job.checkpoint
+        """The job's last checkpoint once it verifies (specon_agent.checkpoints)."""
+        cid = job.target.cid
+        return self.proofs.report(cid, job.target, job.proof)
 
     def heartbeat(self, now: float) -> Heartbeat:
         """The node's report (``now``: wall clock; the link stamps it again when it sends)."""
         self.seq += 1
+        self.proofs.hasher.new_pass()  # the checkpoints' hashes wait this long at most
         reports = []
         for cid, job in list(self.jobs.items())[:1000]:
             view = self.control.jobs.get(cid)
@@ -785,6 +685,7 @@ class Agent:
                         break
                     self._guarded(self.handle, more)
             self._guarded(self.step)
+            self.watchdog.beat()  # a pass completed (/healthz)
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         # The loop must outlive any one failure: log it with its traceback and go on.
@@ -797,6 +698,7 @@ class Agent:
             log.exception("control loop pass failed; continuing")
 
     def close(self) -> None:
+        self.proofs.hasher.close()
         for job in self.jobs.values():
             if job.source is not None:
                 job.source.close()

@@ -24,6 +24,7 @@ from specon.qos_annotations import QosSpec, parse_timestamp, read, total_steps
 
 from .actuators.base import bare_id
 from .tail import newest_cri_log
+from .tenancy import pod_files
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,10 @@ class Target:
     checkpoint_dir: Path | None = None
     #: The root that progress_path and checkpoint_dir come from a pod's annotations beneath:
     #: the agent opens them confined to it (specon_agent.safefs), never through a symlink.
+    #: A pod's paths lie in its namespace's folder of it (specon_agent.tenancy).
     file_root: Path | None = None
+    #: (what, why) for each path the pod named that was refused (counted at arrival).
+    file_refusals: tuple[tuple[str, str], ...] = ()
     migratable: bool = False
     loss_regex: str | None = None  # a user's pattern with a (?P<loss>...) group
     #: The quality target / deadline the pod states (None: none, or malformed).
@@ -256,11 +260,8 @@ def pod_targets(
     ns, name, uid = meta.get("namespace", "default"), meta.get("name", ""), meta.get("uid", "")
     ann = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
-    progress = ckpt = None
-    if progress_root is not None and ann.get(ANNOTATION_PROGRESS):
-        progress = progress_root / ann[ANNOTATION_PROGRESS].lstrip("/")
-    if progress_root is not None and ann.get(ANNOTATION_CHECKPOINT):
-        ckpt = progress_root / ann[ANNOTATION_CHECKPOINT].lstrip("/")
+    # Beneath the folder of the pod's own namespace, whatever the annotations say.
+    progress, ckpt, refused = pod_files(progress_root, ns, ann)
     qos, problem, created = read_qos(ann, meta.get("creationTimestamp"))
     out = []
     for cs in status.get("containerStatuses") or []:
@@ -274,7 +275,7 @@ def pod_targets(
         out.append(Target(
             cid=bare_id(cid), namespace=ns, pod=name, container=cs.get("name", "main"), uid=uid,
             log_path=path, log_kind="cri", progress_path=progress, checkpoint_dir=ckpt,
-            file_root=progress_root,
+            file_root=progress_root, file_refusals=refused,
             migratable=labels.get(names.LABEL_MIGRATABLE) == "true",
             loss_regex=ann.get(ANNOTATION_REGEX) or None,
             qos=qos, qos_error=problem, created=created, total_steps=total_steps(ann),

@@ -18,6 +18,7 @@ import hashlib
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 _RESOLVE_NO_SYMLINKS = 0x04
@@ -187,6 +188,40 @@ def write_beneath(root: Path | str | int, rel: str | PurePosixPath, data: bytes,
         os.close(dfd)
 
 
+class Cancelled(Exception):
+    """A hash given up because its result is no longer wanted (the file changed meanwhile)."""
+
+
+def check_size(fd: int, rel: str, declared: int, cap: int) -> None:
+    """Refuse a data file over ``cap`` or whose size is not ``declared``, before reading it."""
+    if declared > cap:
+        raise ConfinementError(errno.EFBIG, f"{rel!r}: declared {declared} bytes, over {cap}")
+    size = os.fstat(fd).st_size
+    if size != declared:
+        raise ConfinementError(errno.EINVAL, f"{rel!r} has {size} bytes, manifest says {declared}")
+
+
+def sha256_fd(fd: int, rel: str, declared: int,
+              cancelled: Callable[[], bool] | None = None) -> str:
+    """The SHA-256 of an open regular file, read from its start in 1 MiB chunks (memory stays
+    flat whatever the size); a file that grows past ``declared`` or ends before it is refused.
+    ``cancelled`` is asked between chunks: :class:`Cancelled` once it says so."""
+    h, n = hashlib.sha256(), 0
+    while True:
+        if cancelled is not None and cancelled():
+            raise Cancelled(rel)
+        b = os.pread(fd, 1 << 20, n)
+        if not b:
+            break
+        n += len(b)
+        if n > declared:
+            raise ConfinementError(errno.EFBIG, f"{rel!r} grew past {declared} bytes")
+        h.update(b)
+    if n != declared:
+        raise ConfinementError(errno.EINVAL, f"{rel!r} shrank to {n} bytes")
+    return h.hexdigest()
+
+
 def sha256_beneath(root: Path | str | int, rel: str, declared: int, cap: int) -> str:
     """The SHA-256 of a confined regular file, hashed in 1 MiB chunks (memory stays flat
     whatever the size); a file whose size is not ``declared``, or over ``cap``, is refused
@@ -195,21 +230,7 @@ def sha256_beneath(root: Path | str | int, rel: str, declared: int, cap: int) ->
         raise ConfinementError(errno.EFBIG, f"{rel!r}: declared {declared} bytes, over {cap}")
     fd = open_beneath(root, rel)
     try:
-        size = os.fstat(fd).st_size
-        if size != declared:
-            raise ConfinementError(errno.EINVAL,
-                                   f"{rel!r} has {size} bytes, manifest says {declared}")
-        h, n = hashlib.sha256(), 0
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            n += len(b)
-            if n > declared:
-                raise ConfinementError(errno.EFBIG, f"{rel!r} grew past {declared} bytes")
-            h.update(b)
-        if n != declared:
-            raise ConfinementError(errno.EINVAL, f"{rel!r} shrank to {n} bytes")
-        return h.hexdigest()
+        check_size(fd, rel, declared, cap)
+        return sha256_fd(fd, rel, declared)
     finally:
         os.close(fd)

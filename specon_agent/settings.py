@@ -104,7 +104,8 @@ class AgentSettings(BaseSettings):
     pod_log_root: Path = Field(Path("/var/log/pods"), description="the kubelet's pod log folder")
     progress_root: Path | None = Field(
         None, description="where the agent sees the shared volume that holds progress files "
-        "(cluster mode; pod annotation specon.io/progress-file is relative to it)")
+        "(cluster mode; a pod's annotation specon.io/progress-file is relative to its "
+        "namespace's folder of it, <root>/<namespace>/)")
 
     # The shipped parameters (specon/defaults.py); in cluster mode the manager's replace them.
     alpha: float = Field(defaults.ALPHA, gt=0,
@@ -146,8 +147,12 @@ class AgentSettings(BaseSettings):
     http_timeout_s: float = Field(5.0, gt=0, le=120, description="timeout of one manager call")
     backoff_max_s: float = Field(60.0, gt=0, description="longest wait between retries (s)")
 
-    metrics_port: int = Field(9108, ge=0, le=65535, description="/metrics port (0: off)")
+    metrics_port: int = Field(9108, ge=0, le=65535,
+                              description="/metrics and /healthz port (0: off)")
     metrics_address: str = Field("0.0.0.0", description="address /metrics listens on")
+    loop_stall_s: float | None = Field(
+        None, gt=0, description="/healthz answers 503 once the control loop has not completed "
+        "a pass for this long (s; default: 3 x poll_s, at least 30)")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @classmethod

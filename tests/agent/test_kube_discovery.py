@@ -102,7 +102,7 @@ def test_pod_targets_opt_in_rules() -> None:
         "specon.io/training": "true", "specon.io/progress-file": "jobs/p/progress.jsonl",
         "specon.io/loss-regex": r"L=(?P<loss>\S+)"}}}
     [t] = pod_targets(by_annotation, "specon.io/training", root, Path("/shared"))
-    assert t.progress_path == Path("/shared/jobs/p/progress.jsonl")
+    assert t.progress_path == Path("/shared/ns/jobs/p/progress.jsonl")  # its namespace's folder
     assert t.loss_regex == r"L=(?P<loss>\S+)"
     by_scheduler = {**running, "spec": {**running["spec"], "schedulerName": "specon"}}
     assert len(pod_targets(by_scheduler, "specon.io/training", root, None)) == 1

@@ -574,7 +574,7 @@ class World:
         self.submitted += 1
         name = f"j{self.submitted:04d}"
         steps = self.rng.randint(*self.job_steps)
-        d = self.shared / "jobs" / name
+        d = self.shared / self.ns / "jobs" / name  # the pod's annotations name jobs/<name>
         d.mkdir(parents=True, exist_ok=True)
         self.plane.kubectl("apply", "-n", self.ns, "-f", "-",
                            input=json.dumps(_pod(name, self.tag, f"jobs/{name}")))

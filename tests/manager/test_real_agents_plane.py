@@ -162,12 +162,13 @@ def test_real_agents_move_a_converged_job_to_the_chosen_node_where_it_resumes(
     for name, i in layout.items():
         pod = train_pod(name, tag, nodes[i], f"jobs/{name}", migratable=name == "train-a")
         plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(pod))
-    job = JobStandIn(shared / "jobs" / "train-a", "train-a")
+    files = shared / ns  # a pod's annotations name paths in its namespace's folder
+    job = JobStandIn(files / "jobs" / "train-a", "train-a")
     sink = io.StringIO()  # the records' stdout copy: only the files are read here
-    others = {n: Reporter(shared / "jobs" / n / "progress.jsonl", sink)
+    others = {n: Reporter(files / "jobs" / n / "progress.jsonl", sink)
               for n in layout if n != "train-a"}
     for n in others:
-        (shared / "jobs" / n).mkdir(parents=True, exist_ok=True)
+        (files / "jobs" / n).mkdir(parents=True, exist_ok=True)
     agents = [AgentProcess(plane, tmp_path, n, setup.tokens[n], manager.url, shared, setup.ca)
               for n in nodes]
     t0 = time.monotonic()

@@ -86,17 +86,20 @@ def renamed(job: dict[str, Any], name: str) -> dict[str, Any]:
 
 def shared_volumes(cluster: RealCluster, path: Path, training_ns: str) -> None:
     """Two PersistentVolumes on one host folder, standing in for one NFS export: one for the
-    release's claim, one for the training namespace's."""
-    path.mkdir(parents=True, exist_ok=True)
+    release's claim on its root, one for the training namespace's claim on the namespace's
+    folder (docs/user-guide.md, "One folder per namespace"): the agent resolves the pods'
+    annotations beneath <root>/<namespace>/."""
+    (path / training_ns).mkdir(parents=True, exist_ok=True)
     docs = [{"apiVersion": "v1", "kind": "PersistentVolume",
              "metadata": {"name": f"{STORAGE_CLASS}-{who}"},
              "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteMany"],
                       "storageClassName": STORAGE_CLASS,
                       "persistentVolumeReclaimPolicy": "Retain",
                       "claimRef": {"namespace": ns, "name": claim},
-                      "hostPath": {"path": str(path), "type": "Directory"}}}
-            for who, ns, claim in (("release", SYSTEM, f"{RELEASE}-shared"),
-                                   ("training", training_ns, "specon-shared"))]
+                      "hostPath": {"path": str(folder), "type": "Directory"}}}
+            for who, ns, claim, folder in (
+                ("release", SYSTEM, f"{RELEASE}-shared", path),
+                ("training", training_ns, "specon-shared", path / training_ns))]
     cluster.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
 
 
@@ -184,7 +187,7 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     k("uncordon", second)
 
     # -- the agent follows the losses and writes limits; the converged job moves -----------------
-    ckpt_dir = shared / "jobs" / MIGRATABLE
+    ckpt_dir = shared / training / "jobs" / MIGRATABLE
     progress = ckpt_dir / "progress.jsonl"
     before_upgrade = {p["metadata"]["uid"] for p in pods(cluster, SYSTEM)}
     upgrade: dict[str, Any] = {}
