@@ -152,7 +152,6 @@ class ManagerLink:
         self._on_outcome = on_outcome or (lambda _k, _o: None)
         self._lock = threading.Condition()
         self._heartbeat: Heartbeat | None = None
-        self._delivered: Heartbeat | None = None  # the last heartbeat the manager answered
         self._requests: collections.deque[ReallocationRequest] = collections.deque(maxlen=256)
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -170,8 +169,9 @@ class ManagerLink:
     def _fresh_heartbeat(self) -> Heartbeat | None:
         """The newest heartbeat unless it was delivered already: one is sent once, so a control
         loop that stops making them (stalled) stops the heartbeats and the manager sees the
-        node stale (specon_agent/health.py). A failed one is sent again until delivered."""
-        return None if self._heartbeat is self._delivered else self._heartbeat
+        node stale (specon_agent/health.py). A failed one is sent again until delivered; a
+        delivered one is dropped by the loop (``_heartbeat = None``)."""
+        return self._heartbeat
 
     def request_reallocation(self, req: ReallocationRequest) -> None:
         with self._lock:
@@ -332,7 +332,6 @@ class ManagerLink:
                         "restarted, the manager is of a release without boot ids", hb.node, hb.seq)
         self._refused_seen = not reply.accepted
         self._on_reply(reply)
-        self._delivered = hb
         return True
 
     def _send_request(self, req: ReallocationRequest) -> None:
