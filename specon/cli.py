@@ -6,7 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -28,7 +28,7 @@ app = typer.Typer(
     "Simulate what it would do for your jobs before installing it.",
 )
 console = Console(width=None if sys.stdout.isatty() else 180)
-err = Console(stderr=True)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 180)
 
 
 class UsageError(Exception):
@@ -166,6 +166,14 @@ def _progress() -> Progress:
                     TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
 
 
+def _writable_dir(flag: str, path: Path) -> None:
+    """Create the output folder now, so that a bad --out fails before a long run, not after."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot create {path} ({exc.strerror or exc})") from None
+
+
 _ALPHA_HELP = f"Threshold: normalised loss progress per minute (default {defaults.ALPHA:g})."
 _INTERVAL_HELP = f"Categorisation / FlowCon interval, seconds (default {defaults.INTERVAL_S:g})."
 _BETA_HELP = f"FlowCon floor: a limit stays >= 1/(beta*n) (default {defaults.FLOWCON_BETA:g})."
@@ -210,9 +218,15 @@ def simulate(
         from specon.sim.sweep import parse_sweep, run_sweep
 
         grid = parse_sweep(sweep)
+        for flag, value in (("--alpha", alpha), ("--interval", interval), ("--beta", beta)):
+            if value is not None:
+                raise UsageError(f"{flag}: not used with --sweep (sweep it instead: "
+                                 f"--sweep '{flag[2:]}=V1,V2')")
+        _writable_dir("--out", out_dir)
         run_sweep(name, build, pols, seed_list, grid, out_dir, console, _progress())  # type: ignore[arg-type]
         return
     cfg = _config(alpha, interval, beta, timeline=plots)
+    _writable_dir("--out", out_dir)
     with _progress() as prog:
         task = prog.add_task(f"simulating {name}", total=len(pols) * len(seed_list))
         mx = run_matrix(name, build, pols, seed_list, cfg,  # type: ignore[arg-type]
@@ -226,7 +240,6 @@ def simulate(
                       "only random tie-breaks (the default scheduler's among equally loaded "
                       "workers), so the ± intervals measure that noise, not other workloads. "
                       "For that, run benchmarks/suite.py or `specon generate` several files.")
-    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "result.json").write_text(json.dumps(mx.to_json(include_timelines=plots)))
     written = [out_dir / "result.json"]
     if plots:
@@ -287,7 +300,10 @@ def generate(
     if out is None:
         print(text)
     else:
-        out.write_text(text + "\n")
+        try:
+            out.write_text(text + "\n")
+        except OSError as exc:
+            raise UsageError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
         err.print(f"wrote {out}")
 
 
@@ -316,18 +332,36 @@ except ImportError:  # pragma: no cover - only while the recorder is absent
     pass
 
 
+def _fail(message: str, code: int) -> NoReturn:
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
 def main() -> None:
+    """Exit codes: 0 done; 2 bad input (a flag, a value, a file), said in one line naming it;
+    1 a failure (a recorded job that fails, a file that cannot be written); 130 interrupted."""
     try:
-        app(standalone_mode=False)
+        code = app(prog_name="specon", standalone_mode=False)
     except (UsageError, WorkloadError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(2)
+        _fail(str(exc), 2)
     except typer.Abort:
         sys.exit(130)
-    except Exception as exc:  # the command-line parser's own usage errors
-        show = getattr(exc, "show", None)
-        code = getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
-            show()
-            sys.exit(code)
-        raise
+    except OSError as exc:  # reading or writing a file failed midway
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc}", 1)
+    except Exception as exc:
+        # The parser's own errors (unknown flag, bad value, missing argument). Matched by
+        # shape: typer raises click's classes or, from 0.2x on, those of its own copy of click.
+        status = getattr(exc, "exit_code", None)
+        message = getattr(exc, "format_message", None)
+        if not (isinstance(status, int) and callable(message)):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `specon`: the help
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(status)
+        command = getattr(getattr(exc, "ctx", None), "command_path", None)
+        if command:
+            _fail(f"{command}: {message()} (see '{command} --help')", status)
+        _fail(str(message()), status)
+    # without standalone mode, click returns a command's exit code instead of exiting
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,4 +1,5 @@
-"""The `specon` command: exit code 2 and one line for bad input; results and plots otherwise."""
+"""The `specon` command: exit code 2 and one line for bad input, 1 for a failure; results and
+plots otherwise."""
 
 import json
 import subprocess
@@ -59,14 +60,60 @@ def test_simulate_writes_result_and_plots(workload_file: Path, tmp_path: Path):
         (["simulate", "paper-30", "--policies", "fifo"], "unknown policy 'fifo'"),
         (["simulate", "paper-30", "--sweep", "gamma=1"], "unknown parameter 'gamma'"),
         (["simulate", "paper-30", "--beta", "0.5"], "--beta"),
-        (["simulate", "--bogus-flag"], "No such option"),
+        (["simulate", "--bogus-flag"], "specon simulate: No such option: --bogus-flag"),
+        (["simulate", "paper-30", "--alpha", "abc"], "Invalid value for '--alpha'"),
+        (["simulate", "paper-30", "--out", "/proc/no-such-dir/x"], "--out: cannot create"),
+        (["simulate", "paper-30", "--sweep", "alpha=0.1", "--beta", "2"],
+         "--beta: not used with --sweep"),
+        (["simulate", "paper-30", "--seeds", "5-1"], "--seeds"),
+        (["validate"], "specon validate: Missing argument 'path'"),
+        (["validate", "no-such.json"], "no-such.json: cannot read (No such file or directory)"),
+        (["validate", "/"], "/: cannot read (Is a directory)"),
+        (["validate", "a.json", "b.json"], "unexpected extra argument"),
+        (["generate", "x"], "Invalid value for 'seed'"),
+        (["generate", "1", "--out", "/proc/no-such-dir/x.json"], "--out: cannot write"),
+        (["generate"], "Missing argument 'seed'"),
+        (["experiments", "extra"], "unexpected extra argument"),
+        (["no-such-command"], "No such command 'no-such-command'"),
+        (["--bogus"], "specon: No such option: --bogus"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], needle: str):
     r = specon(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
-    assert needle in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert needle in lines[0]
+    assert r.stdout == ""
+
+
+def test_a_bad_file_for_validate_exits_2_naming_file_and_field(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("format: specon-workload/v1\ncluster: {workers: []}\nprofiles: {}\n"
+                    "jobs: []\n")
+    r = specon("validate", str(path))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert str(path) in lines[0] and "workers" in lines[0]
+    path.write_text("format: [")
+    r = specon("validate", str(path))
+    assert r.returncode == 2 and "not valid YAML" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_failure_midway_exits_1_with_one_line(workload_file: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    (out / "result.json").mkdir(parents=True)  # the result cannot be written there
+    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "default",
+               "--no-plots", "--out", str(out))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines == [f"error: {out / 'result.json'}: Is a directory"]
+
+
+def test_bare_specon_prints_the_help():
+    r = specon()
+    assert r.returncode == 2 and "Usage: specon" in r.stdout + r.stderr
 
 
 def test_bad_workload_file_exits_2(workload_file: Path):
