@@ -35,6 +35,36 @@ class UsageError(Exception):
     """Bad input from the user: reported in one line, exit code 2."""
 
 
+def version() -> str:
+    """The installed package's version; from a source tree that is not installed, the
+    version the source itself declares."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("specon")
+    except PackageNotFoundError:
+        import specon
+
+        return f"{specon.__version__} (source tree, not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"specon {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_show_version,
+        help="Print the version and exit.")] = False,
+) -> None:
+    # the options that come before any command (the help text is the app's)
+    pass
+
+
 def _seeds(text: str) -> list[int]:
     text = text.strip()
     try:

@@ -1,13 +1,17 @@
 """The `specon` command: exit code 2 and one line for bad input, 1 for a failure; results and
-plots otherwise."""
+plots otherwise; `--version`."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from synth import profile
+
+import specon as specon_package
+from specon import cli
 
 
 def specon(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -163,3 +167,20 @@ def test_generate_writes_a_valid_random_workload(tmp_path: Path):
 def test_generate_refuses_bad_ranges_in_one_line(args, needle):
     r = specon("generate", "1", *args)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_version():
+    r = specon("--version")
+    assert r.returncode == 0 and r.stderr == ""
+    assert re.fullmatch(r"specon \d+\.\d+\.\d+.*\n", r.stdout), r.stdout
+    assert specon_package.__version__ in r.stdout
+
+
+def test_version_when_not_installed(monkeypatch: pytest.MonkeyPatch):
+    from importlib import metadata
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    assert cli.version() == f"{specon_package.__version__} (source tree, not installed)"
