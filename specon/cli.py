@@ -17,6 +17,7 @@ from specon import defaults
 from specon.core.policy import POLICIES
 from specon.sim.experiments import DEFAULT_EXPERIMENT, EXPERIMENTS
 from specon.sim.model import SimConfig
+from specon.sim.progress import LineProgress
 from specon.sim.runner import Matrix, run_matrix
 from specon.workload.load import WorkloadError, load_workload
 from specon.workload.models import Workload
@@ -191,9 +192,12 @@ def _jobs_table(mx: Matrix) -> Table:
     return t
 
 
-def _progress() -> Progress:
+def _progress() -> Progress | LineProgress:
+    """rich's bar on a terminal; to a log or a pipe, a plain line every ~10 s on stderr."""
+    if not err.is_terminal:
+        return LineProgress("simulate")
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+                    TimeElapsedColumn(), console=err, transient=True)
 
 
 def _writable_dir(flag: str, path: Path) -> None:
@@ -257,10 +261,14 @@ def simulate(
         return
     cfg = _config(alpha, interval, beta, timeline=plots)
     _writable_dir("--out", out_dir)
+    position = {s: i + 1 for i, s in reversed(list(enumerate(seed_list)))}
     with _progress() as prog:
-        task = prog.add_task(f"simulating {name}", total=len(pols) * len(seed_list))
-        mx = run_matrix(name, build, pols, seed_list, cfg,  # type: ignore[arg-type]
-                        tick=lambda p, s: prog.advance(task))
+        task = prog.add_task(name, total=len(pols) * len(seed_list))
+        mx = run_matrix(
+            name, build, pols, seed_list, cfg,  # type: ignore[arg-type]
+            tick=lambda p, s: prog.advance(task),
+            start=lambda p, s: prog.update(
+                task, status=f"seed {position[s]}/{len(seed_list)}, policy {p}"))
     wl: Workload = build(seed_list[0])  # type: ignore[operator]
     if jobs:
         console.print(_jobs_table(mx))

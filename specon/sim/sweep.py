@@ -14,6 +14,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from specon.sim.model import SimConfig
+from specon.sim.progress import LineProgress
 from specon.sim.runner import Matrix, run_matrix
 from specon.workload.models import Workload
 
@@ -53,7 +54,7 @@ def run_sweep(
     grid: dict[str, list[float]],
     out: Path,
     console: Console,
-    progress: Progress,
+    progress: Progress | LineProgress,
 ) -> list[dict[str, Any]]:
     """Run every combination; the baseline policies run once (they ignore the parameters)."""
     tuned = [p for p in policies if p in ("flowcon", "specon", "specon+flowcon", "paper",
@@ -66,13 +67,22 @@ def run_sweep(
     with progress:
         total = len(seeds) * (1 + len(combos) * len(tuned))
         task = progress.add_task(f"sweeping {name}", total=total)
+        position = {s: i + 1 for i, s in reversed(list(enumerate(seeds)))}
+
+        def starting(setting: str) -> Callable[[str, int], None]:
+            def start(p: str, s: int) -> None:
+                progress.update(task, status=f"{setting}seed {position[s]}/{len(seeds)}, "
+                                f"policy {p}")
+            return start
+
         base = run_matrix(name, build, ["default"], seeds, SimConfig(record_timeline=False),
-                          tick=lambda p, s: progress.advance(task))
+                          tick=lambda p, s: progress.advance(task), start=starting(""))
         for combo in combos:
             kwargs = {SWEEPABLE[k]: v for k, v in zip(keys, combo, strict=True)}
             cfg = SimConfig(record_timeline=False, **kwargs)  # type: ignore[arg-type]
+            setting = " ".join(f"{k}={v:g}" for k, v in zip(keys, combo, strict=True)) + ", "
             mx = run_matrix(name, build, tuned, seeds, cfg,
-                            tick=lambda p, s: progress.advance(task))
+                            tick=lambda p, s: progress.advance(task), start=starting(setting))
             mx.runs["default"] = base.runs["default"]
             for p in tuned:
                 row: dict[str, Any] = dict(zip(keys, combo, strict=True))

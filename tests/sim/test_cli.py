@@ -1,5 +1,5 @@
 """The `specon` command: exit code 2 and one line for bad input, 1 for a failure; results and
-plots otherwise; `--version`."""
+plots otherwise; `--version`; progress lines when stderr is not a terminal."""
 
 import json
 import re
@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 from synth import profile
+from typer.testing import CliRunner
 
 import specon as specon_package
 from specon import cli
+from specon.sim import progress
 
 
 def specon(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -38,6 +40,7 @@ def test_simulate_writes_result_and_plots(workload_file: Path, tmp_path: Path):
     r = specon("simulate", str(workload_file), "--seeds", "2", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "avg completion" in r.stdout and "specon+flowcon" in r.stdout
+    assert "[simulate]" not in r.stderr  # a run shorter than 10 s prints no progress line
     result = json.loads((out / "result.json").read_text())
     assert result["format"] == "specon-result/v1"
     assert set(result["aggregate"]) == {"default", "flowcon", "paper-specon", "paper", "specon",
@@ -184,3 +187,30 @@ def test_version_when_not_installed(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(metadata, "version", missing)
     assert cli.version() == f"{specon_package.__version__} (source tree, not installed)"
+
+
+LINE = re.compile(r"\[simulate\] wl: seed [12]/2, policy [a-z+-]+ \(\d+/18 runs done, \d+ s\)")
+
+
+def test_progress_lines_on_stderr_when_it_is_not_a_terminal(
+        workload_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(progress, "EVERY_S", 0.02)  # 10 s in use
+    r = CliRunner().invoke(cli.app, ["simulate", str(workload_file), "--seeds", "2",
+                                     "--no-plots", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    assert lines and all(LINE.fullmatch(ln) for ln in lines), lines
+    assert "[simulate]" not in r.stdout and "avg completion" in r.stdout
+
+
+def test_line_progress_reports_a_single_long_run_too(capsys: pytest.CaptureFixture[str]):
+    import time
+
+    with progress.LineProgress("simulate", every_s=0.02) as prog:
+        task = prog.add_task("big", total=4)
+        prog.update(task, status="seed 1/2, policy default")
+        time.sleep(0.2)  # one run in progress, no tick
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3
+    assert all(re.fullmatch(r"\[simulate\] big: seed 1/2, policy default \(0/4 runs done, "
+                            r"\d+ s\)", ln) for ln in lines), lines
