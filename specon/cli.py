@@ -6,7 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -200,6 +200,33 @@ def _progress() -> Progress | LineProgress:
                     TimeElapsedColumn(), console=err, transient=True)
 
 
+def _finite(value: Any) -> Any:
+    """Strict JSON: NaN and infinities (a metric with no value) become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _comparison(mx: Matrix, written: list[Path]) -> dict[str, Any]:
+    """What `--json` prints: per policy, each metric's mean and 95% interval, its paired
+    change against default and the share of the oracle's headroom captured; per run, the
+    summary. Per-job results are in result.json."""
+    full = mx.to_json(include_timelines=False)
+    out: dict[str, Any] = _finite({
+        "format": "specon-comparison/v1",
+        "workload": mx.name, "seeds": mx.seeds, "policies": mx.policies,
+        "config": full["config"], "aggregate": full["aggregate"],
+        "runs": [{"policy": r["policy"], "seed": r["seed"], "summary": r["summary"]}
+                 for r in full["runs"]],
+        "files": [str(p) for p in written],
+    })
+    return out
+
+
 def _writable_dir(flag: str, path: Path) -> None:
     """Create the output folder now, so that a bad --out fails before a long run, not after."""
     try:
@@ -232,6 +259,11 @@ def simulate(
         help="Parameter sweep, e.g. 'alpha=0.01,0.05,0.1 interval=20,30,60'.")] = None,
     plots: Annotated[bool, typer.Option(help="Draw PNG plots.")] = True,
     jobs: Annotated[bool, typer.Option(help="Print the per-job table.")] = True,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the comparison as JSON on stdout instead of the tables (per "
+        "policy: each metric's mean, 95% interval, change against default, headroom captured; "
+        "a sweep's rows and best settings); progress and notes go to stderr; files are written "
+        "as without it.")] = False,
 ) -> None:
     """Compare scheduling policies on a workload, side by side, over several seeds."""
     name, build = _target(target)
@@ -248,8 +280,9 @@ def simulate(
         policies = ",".join(p for p in POLICIES if p not in skip)
     pols = _policies(policies)
     out_dir = out or Path("results") / name
+    say = err if as_json else console  # with --json, stdout holds the JSON alone
     if sweep:
-        from specon.sim.sweep import parse_sweep, run_sweep
+        from specon.sim.sweep import best_rows, parse_sweep, run_sweep
 
         grid = parse_sweep(sweep)
         for flag, value in (("--alpha", alpha), ("--interval", interval), ("--beta", beta)):
@@ -257,7 +290,13 @@ def simulate(
                 raise UsageError(f"{flag}: not used with --sweep (sweep it instead: "
                                  f"--sweep '{flag[2:]}=V1,V2')")
         _writable_dir("--out", out_dir)
-        run_sweep(name, build, pols, seed_list, grid, out_dir, console, _progress())  # type: ignore[arg-type]
+        rows = run_sweep(name, build, pols, seed_list, grid, out_dir,  # type: ignore[arg-type]
+                         Console(quiet=True) if as_json else console, _progress())
+        if as_json:
+            print(json.dumps(_finite({
+                "format": "specon-sweep/v1", "workload": name, "seeds": seed_list,
+                "grid": grid, "rows": rows, "best": best_rows(rows),
+                "files": [str(out_dir / "sweep.json")]}), indent=1))
         return
     cfg = _config(alpha, interval, beta, timeline=plots)
     _writable_dir("--out", out_dir)
@@ -270,14 +309,15 @@ def simulate(
             start=lambda p, s: prog.update(
                 task, status=f"seed {position[s]}/{len(seed_list)}, policy {p}"))
     wl: Workload = build(seed_list[0])  # type: ignore[operator]
-    if jobs:
+    if jobs and not as_json:
         console.print(_jobs_table(mx))
-    console.print(_summary_table(mx))
+    if not as_json:
+        console.print(_summary_table(mx))
     if target not in EXPERIMENTS and len(seed_list) > 1:
-        console.print(f"note: {target} is the same workload for every seed; the seeds change "
-                      "only random tie-breaks (the default scheduler's among equally loaded "
-                      "workers), so the ± intervals measure that noise, not other workloads. "
-                      "For that, run benchmarks/suite.py or `specon generate` several files.")
+        say.print(f"note: {target} is the same workload for every seed; the seeds change "
+                  "only random tie-breaks (the default scheduler's among equally loaded "
+                  "workers), so the ± intervals measure that noise, not other workloads. "
+                  "For that, run benchmarks/suite.py or `specon generate` several files.")
     (out_dir / "result.json").write_text(json.dumps(mx.to_json(include_timelines=plots)))
     written = [out_dir / "result.json"]
     if plots:
@@ -285,9 +325,11 @@ def simulate(
 
         cpus = {w.name: w.cpus for w in wl.cluster.workers}
         written += write_all(mx, cpus, out_dir)
-    console.print(f"wrote {len(written)} files to {out_dir}/ (result.json"
-                  + (", summary.png, completion.png, cpu-share-*.png, jobs-per-worker-*.png)"
-                     if plots else ")"))
+    say.print(f"wrote {len(written)} files to {out_dir}/ (result.json"
+              + (", summary.png, completion.png, cpu-share-*.png, jobs-per-worker-*.png)"
+                 if plots else ")"))
+    if as_json:
+        print(json.dumps(_comparison(mx, written), indent=1))
 
 
 def _range(flag: str, text: str, integer: bool) -> tuple[float, float]:

@@ -103,10 +103,7 @@ def run_sweep(
                       f"{r['avg_vs_default_pct']:+.2f}%", f"{r['makespan_vs_default_pct']:+.2f}%",
                       f"{r['migrations']:.1f}")
     console.print(table)
-    for p in tuned:
-        mine = [r for r in rows if r["policy"] == p]
-        # The selection rule: average completion and makespan weigh the same.
-        best = min(mine, key=lambda r: r["avg_vs_default_pct"] + r["makespan_vs_default_pct"])
+    for p, best in best_rows(rows).items():
         console.print(f"best for {p}: " + ", ".join(f"{k}={best[k]:g}" for k in keys)
                       + f" ({best['avg_vs_default_pct']:+.2f}% average completion, "
                       f"{best['makespan_vs_default_pct']:+.2f}% makespan)")
@@ -115,6 +112,18 @@ def run_sweep(
                                                 "grid": grid, "rows": rows}, indent=1))
     console.print(f"wrote {out}/sweep.json")
     return rows
+
+
+def best_rows(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The best row per policy. The selection rule: average completion and makespan weigh the
+    same."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        p = str(r["policy"])
+        score = r["avg_vs_default_pct"] + r["makespan_vs_default_pct"]
+        if p not in out or score < out[p]["avg_vs_default_pct"] + out[p]["makespan_vs_default_pct"]:
+            out[p] = r
+    return out
 
 
 def _paired(mx: Matrix, policy: str, metric: str) -> float:

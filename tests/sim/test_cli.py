@@ -1,5 +1,5 @@
 """The `specon` command: exit code 2 and one line for bad input, 1 for a failure; results and
-plots otherwise; `--version`; progress lines when stderr is not a terminal."""
+plots otherwise; `--json`, `--version`, and progress lines when stderr is not a terminal."""
 
 import json
 import re
@@ -187,6 +187,47 @@ def test_version_when_not_installed(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(metadata, "version", missing)
     assert cli.version() == f"{specon_package.__version__} (source tree, not installed)"
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_simulate_json_prints_the_comparison_alone(workload_file: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    r = specon("simulate", str(workload_file), "--seeds", "2", "--policies",
+               "default,specon+flowcon,oracle", "--no-plots", "--json", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    data = _strict_json(r.stdout)  # stdout is the JSON and nothing else
+    assert isinstance(data, dict)
+    assert data["format"] == "specon-comparison/v1" and data["workload"] == "wl"
+    assert data["seeds"] == [0, 1]
+    assert data["policies"] == ["default", "specon+flowcon", "oracle"]
+    avg = data["aggregate"]["specon+flowcon"]["avg_completion_s"]
+    assert set(avg) == {"mean", "ci95", "n", "vs_default_pct", "headroom_pct"}
+    assert avg["n"] == 2 and avg["mean"] > 0 and avg["ci95"] >= 0
+    assert set(avg["vs_default_pct"]) == {"mean", "ci95", "n"}
+    assert data["aggregate"]["default"]["avg_completion_s"]["vs_default_pct"]["mean"] == 0
+    assert data["aggregate"]["oracle"]["makespan_s"]["mean"] is None  # a bound has none
+    assert {(x["policy"], x["seed"]) for x in data["runs"]} == {
+        (p, s) for p in data["policies"] for s in (0, 1)}
+    assert data["files"] == [str(out / "result.json")]
+    assert json.loads((out / "result.json").read_text())["aggregate"].keys() == \
+        data["aggregate"].keys()
+    assert "wrote 1 files" in r.stderr and "same workload for every seed" in r.stderr
+
+
+def test_sweep_json(workload_file: Path, tmp_path: Path):
+    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "specon+flowcon",
+               "--sweep", "alpha=0.05,0.2", "--json", "--out", str(tmp_path / "sw"))
+    assert r.returncode == 0, r.stderr
+    data = _strict_json(r.stdout)
+    assert isinstance(data, dict) and data["format"] == "specon-sweep/v1"
+    assert [row["alpha"] for row in data["rows"]] == [0.05, 0.2]
+    assert data["best"]["specon+flowcon"] in data["rows"]
 
 
 LINE = re.compile(r"\[simulate\] wl: seed [12]/2, policy [a-z+-]+ \(\d+/18 runs done, \d+ s\)")
