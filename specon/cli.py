@@ -6,7 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -17,6 +17,7 @@ from specon import defaults
 from specon.core.policy import POLICIES
 from specon.sim.experiments import DEFAULT_EXPERIMENT, EXPERIMENTS
 from specon.sim.model import SimConfig
+from specon.sim.progress import LineProgress
 from specon.sim.runner import Matrix, run_matrix
 from specon.workload.load import WorkloadError, load_workload
 from specon.workload.models import Workload
@@ -28,11 +29,41 @@ app = typer.Typer(
     "Simulate what it would do for your jobs before installing it.",
 )
 console = Console(width=None if sys.stdout.isatty() else 180)
-err = Console(stderr=True)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 180)
 
 
 class UsageError(Exception):
     """Bad input from the user: reported in one line, exit code 2."""
+
+
+def version() -> str:
+    """The installed package's version; from a source tree that is not installed, the
+    version the source itself declares."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("specon")
+    except PackageNotFoundError:
+        import specon
+
+        return f"{specon.__version__} (source tree, not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"specon {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_show_version,
+        help="Print the version and exit.")] = False,
+) -> None:
+    # the options that come before any command (the help text is the app's)
+    pass
 
 
 def _seeds(text: str) -> list[int]:
@@ -161,9 +192,47 @@ def _jobs_table(mx: Matrix) -> Table:
     return t
 
 
-def _progress() -> Progress:
+def _progress() -> Progress | LineProgress:
+    """rich's bar on a terminal; to a log or a pipe, a plain line every ~10 s on stderr."""
+    if not err.is_terminal:
+        return LineProgress("simulate")
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+                    TimeElapsedColumn(), console=err, transient=True)
+
+
+def _finite(value: Any) -> Any:
+    """Strict JSON: NaN and infinities (a metric with no value) become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _comparison(mx: Matrix, written: list[Path]) -> dict[str, Any]:
+    """What `--json` prints: per policy, each metric's mean and 95% interval, its paired
+    change against default and the share of the oracle's headroom captured; per run, the
+    summary. Per-job results are in result.json."""
+    full = mx.to_json(include_timelines=False)
+    out: dict[str, Any] = _finite({
+        "format": "specon-comparison/v1",
+        "workload": mx.name, "seeds": mx.seeds, "policies": mx.policies,
+        "config": full["config"], "aggregate": full["aggregate"],
+        "runs": [{"policy": r["policy"], "seed": r["seed"], "summary": r["summary"]}
+                 for r in full["runs"]],
+        "files": [str(p) for p in written],
+    })
+    return out
+
+
+def _writable_dir(flag: str, path: Path) -> None:
+    """Create the output folder now, so that a bad --out fails before a long run, not after."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot create {path} ({exc.strerror or exc})") from None
 
 
 _ALPHA_HELP = f"Threshold: normalised loss progress per minute (default {defaults.ALPHA:g})."
@@ -190,6 +259,11 @@ def simulate(
         help="Parameter sweep, e.g. 'alpha=0.01,0.05,0.1 interval=20,30,60'.")] = None,
     plots: Annotated[bool, typer.Option(help="Draw PNG plots.")] = True,
     jobs: Annotated[bool, typer.Option(help="Print the per-job table.")] = True,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the comparison as JSON on stdout instead of the tables (per "
+        "policy: each metric's mean, 95% interval, change against default, headroom captured; "
+        "a sweep's rows and best settings); progress and notes go to stderr; files are written "
+        "as without it.")] = False,
 ) -> None:
     """Compare scheduling policies on a workload, side by side, over several seeds."""
     name, build = _target(target)
@@ -206,27 +280,44 @@ def simulate(
         policies = ",".join(p for p in POLICIES if p not in skip)
     pols = _policies(policies)
     out_dir = out or Path("results") / name
+    say = err if as_json else console  # with --json, stdout holds the JSON alone
     if sweep:
-        from specon.sim.sweep import parse_sweep, run_sweep
+        from specon.sim.sweep import best_rows, parse_sweep, run_sweep
 
         grid = parse_sweep(sweep)
-        run_sweep(name, build, pols, seed_list, grid, out_dir, console, _progress())  # type: ignore[arg-type]
+        for flag, value in (("--alpha", alpha), ("--interval", interval), ("--beta", beta)):
+            if value is not None:
+                raise UsageError(f"{flag}: not used with --sweep (sweep it instead: "
+                                 f"--sweep '{flag[2:]}=V1,V2')")
+        _writable_dir("--out", out_dir)
+        rows = run_sweep(name, build, pols, seed_list, grid, out_dir,  # type: ignore[arg-type]
+                         Console(quiet=True) if as_json else console, _progress())
+        if as_json:
+            print(json.dumps(_finite({
+                "format": "specon-sweep/v1", "workload": name, "seeds": seed_list,
+                "grid": grid, "rows": rows, "best": best_rows(rows),
+                "files": [str(out_dir / "sweep.json")]}), indent=1))
         return
     cfg = _config(alpha, interval, beta, timeline=plots)
+    _writable_dir("--out", out_dir)
+    position = {s: i + 1 for i, s in reversed(list(enumerate(seed_list)))}
     with _progress() as prog:
-        task = prog.add_task(f"simulating {name}", total=len(pols) * len(seed_list))
-        mx = run_matrix(name, build, pols, seed_list, cfg,  # type: ignore[arg-type]
-                        tick=lambda p, s: prog.advance(task))
+        task = prog.add_task(name, total=len(pols) * len(seed_list))
+        mx = run_matrix(
+            name, build, pols, seed_list, cfg,  # type: ignore[arg-type]
+            tick=lambda p, s: prog.advance(task),
+            start=lambda p, s: prog.update(
+                task, status=f"seed {position[s]}/{len(seed_list)}, policy {p}"))
     wl: Workload = build(seed_list[0])  # type: ignore[operator]
-    if jobs:
+    if jobs and not as_json:
         console.print(_jobs_table(mx))
-    console.print(_summary_table(mx))
+    if not as_json:
+        console.print(_summary_table(mx))
     if target not in EXPERIMENTS and len(seed_list) > 1:
-        console.print(f"note: {target} is the same workload for every seed; the seeds change "
-                      "only random tie-breaks (the default scheduler's among equally loaded "
-                      "workers), so the ± intervals measure that noise, not other workloads. "
-                      "For that, run benchmarks/suite.py or `specon generate` several files.")
-    out_dir.mkdir(parents=True, exist_ok=True)
+        say.print(f"note: {target} is the same workload for every seed; the seeds change "
+                  "only random tie-breaks (the default scheduler's among equally loaded "
+                  "workers), so the ± intervals measure that noise, not other workloads. "
+                  "For that, run benchmarks/suite.py or `specon generate` several files.")
     (out_dir / "result.json").write_text(json.dumps(mx.to_json(include_timelines=plots)))
     written = [out_dir / "result.json"]
     if plots:
@@ -234,9 +325,11 @@ def simulate(
 
         cpus = {w.name: w.cpus for w in wl.cluster.workers}
         written += write_all(mx, cpus, out_dir)
-    console.print(f"wrote {len(written)} files to {out_dir}/ (result.json"
-                  + (", summary.png, completion.png, cpu-share-*.png, jobs-per-worker-*.png)"
-                     if plots else ")"))
+    say.print(f"wrote {len(written)} files to {out_dir}/ (result.json"
+              + (", summary.png, completion.png, cpu-share-*.png, jobs-per-worker-*.png)"
+                 if plots else ")"))
+    if as_json:
+        print(json.dumps(_comparison(mx, written), indent=1))
 
 
 def _range(flag: str, text: str, integer: bool) -> tuple[float, float]:
@@ -287,7 +380,10 @@ def generate(
     if out is None:
         print(text)
     else:
-        out.write_text(text + "\n")
+        try:
+            out.write_text(text + "\n")
+        except OSError as exc:
+            raise UsageError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
         err.print(f"wrote {out}")
 
 
@@ -316,18 +412,36 @@ except ImportError:  # pragma: no cover - only while the recorder is absent
     pass
 
 
+def _fail(message: str, code: int) -> NoReturn:
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
 def main() -> None:
+    """Exit codes: 0 done; 2 bad input (a flag, a value, a file), said in one line naming it;
+    1 a failure (a recorded job that fails, a file that cannot be written); 130 interrupted."""
     try:
-        app(standalone_mode=False)
+        code = app(prog_name="specon", standalone_mode=False)
     except (UsageError, WorkloadError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(2)
+        _fail(str(exc), 2)
     except typer.Abort:
         sys.exit(130)
-    except Exception as exc:  # the command-line parser's own usage errors
-        show = getattr(exc, "show", None)
-        code = getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
-            show()
-            sys.exit(code)
-        raise
+    except OSError as exc:  # reading or writing a file failed midway
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc}", 1)
+    except Exception as exc:
+        # The parser's own errors (unknown flag, bad value, missing argument). Matched by
+        # shape: typer raises click's classes or, from 0.2x on, those of its own copy of click.
+        status = getattr(exc, "exit_code", None)
+        message = getattr(exc, "format_message", None)
+        if not (isinstance(status, int) and callable(message)):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `specon`: the help
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(status)
+        command = getattr(getattr(exc, "ctx", None), "command_path", None)
+        if command:
+            _fail(f"{command}: {message()} (see '{command} --help')", status)
+        _fail(str(message()), status)
+    # without standalone mode, click returns a command's exit code instead of exiting
+    sys.exit(code if isinstance(code, int) else 0)

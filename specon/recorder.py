@@ -1,13 +1,19 @@
 """The profile recorder: runs a real training job that honours the training contract and
 writes its measured profile (loss curve, speed per core count, checkpoint cost) in format v1.
 
-`specon profile record --name vae-digits -- python -m specon_examples.vae`"""
+`specon profile record --name vae-digits -- python -m specon_examples.vae`
+
+Exit codes (`specon profile record`): 2 for bad input (a flag, a value, no command, a command
+that cannot be found), said in one line; 1 when the job fails, reports no progress records or
+no finite loss, or cannot be timed; 0 when the profile is written."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -256,14 +262,22 @@ def reference_run(command: Sequence[str], cpu: int, workdir: Path,
     job = Job(command, [cpu], workdir, workdir / "ckpt-ref", "ref")
     done = job.wait(timeout)
     if done.returncode != 0:
-        raise RecordError(f"the job exited with {done.returncode}:\n{job.tail()}")
+        tail = job.tail().rstrip()
+        raise RecordError(f"the job exited with {done.returncode}"
+                          + (f"; the end of its output:\n{tail}" if tail
+                             else " and printed nothing"))
     progress = job.progress.progress()
     if not progress:
         raise RecordError(
-            f"the job reported no progress records to ${ENV_PROGRESS_FILE} "
-            "(see docs/training-contract.md)"
+            f"the job reported no progress records to ${ENV_PROGRESS_FILE}: the recorder reads "
+            "that file, not printed loss lines; report each step with specon.sdk.report(loss, "
+            "step=...) (see docs/training-contract.md)"
         )
-    losses = [float(r["loss"]) for r in progress if isinstance(r.get("loss"), int | float)]
+    losses = [float(r["loss"]) for r in progress
+              if isinstance(r.get("loss"), int | float) and math.isfinite(r["loss"])]
+    if not losses:
+        raise RecordError(f"the job's {len(progress)} progress record(s) carry no finite loss "
+                          "(report(loss, step=...); see docs/training-contract.md)")
     return Reference(losses, int(progress[-1]["step"]), seconds_per_iteration(progress[1:]),
                      done, len(progress) - len(losses))
 
@@ -358,18 +372,73 @@ def record_profile(
 
 
 def _parse_cores(text: str | None) -> list[int]:
+    n = len(available_cpus())
     if not text:
-        return default_cores(len(available_cpus()))
+        return default_cores(n)
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise typer.BadParameter("a comma-separated list of core counts, e.g. 1,2,4") from exc
+        cores = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of core counts, "
+                                 "e.g. 1,2,4", param_hint="'--cores'") from None
+    if 1 not in cores:
+        raise typer.BadParameter("must include 1 (speedup is relative to one core)",
+                                 param_hint="'--cores'")
+    if any(not 1 <= k <= n for k in cores):
+        raise typer.BadParameter(f"each count must be between 1 and the {n} CPU(s) this "
+                                 f"process may run on, got {text!r}", param_hint="'--cores'")
+    return cores
+
+
+def default_name(command: Sequence[str]) -> str:
+    """A profile name from the command: the module's last part for `python -m pkg.mod` (mod),
+    else the file name without its extension of the first argument that names a script
+    (`python3 train.py` gives train), else of the program itself; lower-cased, with each run
+    of characters other than a-z, 0-9, '_' and '-' made one '-'."""
+    args = list(command)
+    stem = Path(args[0]).stem if args else ""
+    for i, arg in enumerate(args[1:], start=1):
+        module = args[i + 1] if arg == "-m" and i + 1 < len(args) else (
+            arg[2:] if arg.startswith("-m") and len(arg) > 2 else None)
+        if module is not None:
+            parts = [p for p in module.split(".") if p and p != "__main__"]
+            stem = parts[-1] if parts else stem
+            break
+        if not arg.startswith("-") and Path(arg).suffix in (".py", ".sh"):
+            stem = Path(arg).stem
+            break
+    name = re.sub(r"[^a-z0-9_-]+", "-", stem.lower()).strip("-_")
+    return name or "profile"
+
+
+def _usable_command(command: Sequence[str]) -> None:
+    if not command:
+        raise typer.BadParameter(
+            "give the job's command after --, e.g. specon profile record -- python3 train.py",
+            param_hint="'command'")
+    program = command[0]
+    found = shutil.which(program) if os.sep not in program else (
+        program if os.access(program, os.X_OK) and not os.path.isdir(program) else None)
+    if found is None:
+        raise typer.BadParameter(f"{program!r} is not an executable program"
+                                 + ("" if os.sep in program else " on PATH"),
+                                 param_hint="'command'")
+
+
+def _check(flag: str, ok: bool, need: str, value: object) -> None:
+    if not ok:
+        raise typer.BadParameter(f"must be {need}, got {value}", param_hint=f"'{flag}'")
 
 
 @app.command("record")
 def record(
-    command: Annotated[list[str], typer.Argument(help="the job's command, after --")],
-    name: Annotated[str, typer.Option(help="profile name, e.g. vae-digits")],
+    command: Annotated[list[str] | None, typer.Argument(
+        help="the job's command, after --", show_default=False)] = None,
+    name: Annotated[str | None, typer.Option(
+        help="profile name, e.g. vae-digits (default: from the command: the module's last "
+        "part for `python3 -m pkg.mod`, e.g. vae for `python3 -m specon_examples.vae`, else "
+        "the script's (or the program's) file name without its extension, lower-cased; other "
+        "characters become '-')",
+        show_default=False)] = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="where to write the profile (default: NAME.json)")] = None,
     cores: Annotated[str | None, typer.Option(
@@ -384,16 +453,40 @@ def record(
 
     The job must honour docs/training-contract.md: the recorder gives it its own progress
     file and checkpoint directory, pins it to 1, 2, ... cores, stops it with SIGTERM and
-    restarts it to time a checkpoint and a restore."""
-    try:
-        profile = record_profile(command, name, _parse_cores(cores), repeats, window,
-                                 max_points, timeout, echo=lambda m: typer.echo(m, err=True))
-    except RecordError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+    restarts it to time a checkpoint and a restore. Exit code 2 for bad input (said in one
+    line), 1 when the job fails or reports no progress, 0 when the profile is written."""
+    # bad input is refused before the job runs (a recording takes minutes)
+    _usable_command(command or [])
+    assert command
+    core_counts = _parse_cores(cores)
+    _check("--repeats", repeats >= 1, "at least 1", repeats)
+    _check("--window", math.isfinite(window) and window > 0, "a positive number of seconds",
+           window)
+    _check("--max-points", max_points >= 2, "at least 2", max_points)
+    _check("--timeout", math.isfinite(timeout) and timeout > 0, "a positive number of seconds",
+           timeout)
+    named = name is not None
+    name = default_name(command) if name is None else name
+    _check("--name", bool(name.strip()), "a non-empty name", repr(name))
     path = output if output is not None else Path(f"{name}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(profile, indent=1) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot create {path.parent} ({exc.strerror or exc})",
+                                 param_hint="'--output'") from None
+    if path.is_dir() or not os.access(path.parent, os.W_OK):
+        raise typer.BadParameter(f"cannot write {path}", param_hint="'--output'")
+    if not named:
+        typer.echo(f"profile name: {name} (from the command; --name to change it)", err=True)
+    try:
+        profile = record_profile(command, name, core_counts, repeats, window,
+                                 max_points, timeout, echo=lambda m: typer.echo(m, err=True))
+        path.write_text(json.dumps(profile, indent=1) + "\n")
+    except (RecordError, OSError) as exc:
+        text = (f"cannot write {path} ({exc.strerror or exc})" if isinstance(exc, OSError)
+                else str(exc))
+        typer.echo(f"error: {text}", err=True)
+        raise typer.Exit(1) from exc
     typer.echo(f"wrote {path}")
 
 

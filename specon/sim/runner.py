@@ -126,8 +126,10 @@ def run_matrix(
     seeds: Sequence[int],
     config: SimConfig,
     tick: Callable[[str, int], None] | None = None,
+    start: Callable[[str, int], None] | None = None,
 ) -> Matrix:
-    """Every policy on the same workload per seed (paired comparison)."""
+    """Every policy on the same workload per seed (paired comparison). `start(policy, seed)`
+    is called before each run and `tick(policy, seed)` after it (progress reports)."""
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
@@ -137,6 +139,8 @@ def run_matrix(
     for seed in seeds:
         wl = build(seed)
         for p in policies:
+            if start is not None:
+                start(p, seed)
             mx.runs[p].append(run_one(wl, p, config, seed))
             if tick is not None:
                 tick(p, seed)

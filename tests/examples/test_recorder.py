@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from specon.recorder import (
     RecordError,
     app,
     default_cores,
+    default_name,
     even_sample,
     record_profile,
     reference_run,
@@ -98,6 +100,75 @@ def test_cli_writes_the_profile_file(tmp_path):
     bad = CliRunner().invoke(app, ["record", "--name", "x", "--cores", "1", "--",
                                    sys.executable, "-c", "pass"])
     assert bad.exit_code == 1 and "no progress records" in bad.output
+
+
+def specon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The `specon` command as installed, through its entry point (exit codes included)."""
+    return subprocess.run([sys.executable, "-m", "specon", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize(("command", "name"), [
+    (["python3", "-m", "specon_examples.vae", "--iterations", "2000"], "vae"),
+    (["/usr/bin/python3", "-u", "-m", "pkg.sub.Train_Model"], "train_model"),
+    (["python3", "-mpkg.job"], "job"),
+    (["python3", "-m", "pkg.__main__"], "pkg"),
+    (["python3", "scripts/my train.py", "--lr", "0.1"], "my-train"),
+    (["./Train.SH"], "train"),
+    (["torchrun", "--nproc-per-node", "1", "fit.py"], "fit"),
+    (["python3", "-c", "pass"], "python3"),
+    (["./+++"], "profile"),
+])
+def test_default_name_from_the_command(command, name):
+    assert default_name(command) == name
+
+
+def test_record_without_name_takes_it_from_the_command(tmp_path):
+    r = specon("profile", "record", "--cores", "1", "--repeats", "1", "--window", "0.3", "--",
+               *TOY, "150", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "profile name: toyjob (from the command" in r.stderr
+    profile = json.loads((tmp_path / "toyjob.json").read_text())
+    assert profile["name"] == "toyjob" and profile["iterations"] == 150
+
+
+@pytest.mark.parametrize(("job", "needle"), [
+    ("import sys; print('no luck', file=sys.stderr); sys.exit(3)",
+     "error: the job exited with 3; the end of its output:\nno luck"),
+    ("print('loss=1.0')", "error: the job reported no progress records"),  # prints, no SDK
+    ("pass", "error: the job reported no progress records"),
+    ("from specon.sdk import report\nfor i in range(1, 4): report(float('nan'), step=i)",
+     "error: the job's 3 progress record(s) carry no finite loss"),
+])
+def test_a_failing_job_exits_1(tmp_path, job, needle):
+    r = specon("profile", "record", "--cores", "1", "--", sys.executable, "-c", job,
+               cwd=tmp_path)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--bogus", "--", "true"], "specon profile record: No such option: --bogus"),
+    ([], "Invalid value for 'command': give the job's command after --"),
+    (["--name", "x"], "give the job's command after --"),
+    (["--", "no-such-program-here", "x.py"], "'no-such-program-here' is not an executable"),
+    (["--cores", "a", "--", "true"], "Invalid value for '--cores': 'a' is not"),
+    (["--cores", "2", "--", "true"], "'--cores': must include 1"),
+    (["--cores", "1,4096", "--", "true"], "'--cores': each count must be between 1 and"),
+    (["--repeats", "0", "--", "true"], "'--repeats': must be at least 1"),
+    (["--window", "-1", "--", "true"], "'--window': must be a positive number"),
+    (["--timeout", "nan", "--", "true"], "'--timeout': must be a positive number"),
+    (["--max-points", "1", "--", "true"], "'--max-points': must be at least 2"),
+    (["--repeats", "x", "--", "true"], "Invalid value for '--repeats'"),
+    (["-o", "/proc/no-such-dir/p.json", "--", "true"], "'--output': cannot create"),
+])
+def test_bad_input_exits_2_in_one_line_before_running_anything(tmp_path, args, needle):
+    r = specon("profile", "record", *args, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert needle in lines[0] and "reference run" not in r.stderr
 
 
 @pytest.mark.torch

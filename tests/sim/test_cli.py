@@ -1,12 +1,19 @@
-"""The `specon` command: exit code 2 and one line for bad input; results and plots otherwise."""
+"""The `specon` command: exit code 2 and one line for bad input, 1 for a failure; results and
+plots otherwise; `--json`, `--version`, and progress lines when stderr is not a terminal."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from synth import profile
+from typer.testing import CliRunner
+
+import specon as specon_package
+from specon import cli
+from specon.sim import progress
 
 
 def specon(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -33,6 +40,7 @@ def test_simulate_writes_result_and_plots(workload_file: Path, tmp_path: Path):
     r = specon("simulate", str(workload_file), "--seeds", "2", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "avg completion" in r.stdout and "specon+flowcon" in r.stdout
+    assert "[simulate]" not in r.stderr  # a run shorter than 10 s prints no progress line
     result = json.loads((out / "result.json").read_text())
     assert result["format"] == "specon-result/v1"
     assert set(result["aggregate"]) == {"default", "flowcon", "paper-specon", "paper", "specon",
@@ -59,14 +67,60 @@ def test_simulate_writes_result_and_plots(workload_file: Path, tmp_path: Path):
         (["simulate", "paper-30", "--policies", "fifo"], "unknown policy 'fifo'"),
         (["simulate", "paper-30", "--sweep", "gamma=1"], "unknown parameter 'gamma'"),
         (["simulate", "paper-30", "--beta", "0.5"], "--beta"),
-        (["simulate", "--bogus-flag"], "No such option"),
+        (["simulate", "--bogus-flag"], "specon simulate: No such option: --bogus-flag"),
+        (["simulate", "paper-30", "--alpha", "abc"], "Invalid value for '--alpha'"),
+        (["simulate", "paper-30", "--out", "/proc/no-such-dir/x"], "--out: cannot create"),
+        (["simulate", "paper-30", "--sweep", "alpha=0.1", "--beta", "2"],
+         "--beta: not used with --sweep"),
+        (["simulate", "paper-30", "--seeds", "5-1"], "--seeds"),
+        (["validate"], "specon validate: Missing argument 'path'"),
+        (["validate", "no-such.json"], "no-such.json: cannot read (No such file or directory)"),
+        (["validate", "/"], "/: cannot read (Is a directory)"),
+        (["validate", "a.json", "b.json"], "unexpected extra argument"),
+        (["generate", "x"], "Invalid value for 'seed'"),
+        (["generate", "1", "--out", "/proc/no-such-dir/x.json"], "--out: cannot write"),
+        (["generate"], "Missing argument 'seed'"),
+        (["experiments", "extra"], "unexpected extra argument"),
+        (["no-such-command"], "No such command 'no-such-command'"),
+        (["--bogus"], "specon: No such option: --bogus"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], needle: str):
     r = specon(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
-    assert needle in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert needle in lines[0]
+    assert r.stdout == ""
+
+
+def test_a_bad_file_for_validate_exits_2_naming_file_and_field(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("format: specon-workload/v1\ncluster: {workers: []}\nprofiles: {}\n"
+                    "jobs: []\n")
+    r = specon("validate", str(path))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert str(path) in lines[0] and "workers" in lines[0]
+    path.write_text("format: [")
+    r = specon("validate", str(path))
+    assert r.returncode == 2 and "not valid YAML" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_failure_midway_exits_1_with_one_line(workload_file: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    (out / "result.json").mkdir(parents=True)  # the result cannot be written there
+    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "default",
+               "--no-plots", "--out", str(out))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines == [f"error: {out / 'result.json'}: Is a directory"]
+
+
+def test_bare_specon_prints_the_help():
+    r = specon()
+    assert r.returncode == 2 and "Usage: specon" in r.stdout + r.stderr
 
 
 def test_bad_workload_file_exits_2(workload_file: Path):
@@ -116,3 +170,88 @@ def test_generate_writes_a_valid_random_workload(tmp_path: Path):
 def test_generate_refuses_bad_ranges_in_one_line(args, needle):
     r = specon("generate", "1", *args)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_version():
+    r = specon("--version")
+    assert r.returncode == 0 and r.stderr == ""
+    assert re.fullmatch(r"specon \d+\.\d+\.\d+.*\n", r.stdout), r.stdout
+    assert specon_package.__version__ in r.stdout
+
+
+def test_version_when_not_installed(monkeypatch: pytest.MonkeyPatch):
+    from importlib import metadata
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    assert cli.version() == f"{specon_package.__version__} (source tree, not installed)"
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_simulate_json_prints_the_comparison_alone(workload_file: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    r = specon("simulate", str(workload_file), "--seeds", "2", "--policies",
+               "default,specon+flowcon,oracle", "--no-plots", "--json", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    data = _strict_json(r.stdout)  # stdout is the JSON and nothing else
+    assert isinstance(data, dict)
+    assert data["format"] == "specon-comparison/v1" and data["workload"] == "wl"
+    assert data["seeds"] == [0, 1]
+    assert data["policies"] == ["default", "specon+flowcon", "oracle"]
+    avg = data["aggregate"]["specon+flowcon"]["avg_completion_s"]
+    assert set(avg) == {"mean", "ci95", "n", "vs_default_pct", "headroom_pct"}
+    assert avg["n"] == 2 and avg["mean"] > 0 and avg["ci95"] >= 0
+    assert set(avg["vs_default_pct"]) == {"mean", "ci95", "n"}
+    assert data["aggregate"]["default"]["avg_completion_s"]["vs_default_pct"]["mean"] == 0
+    assert data["aggregate"]["oracle"]["makespan_s"]["mean"] is None  # a bound has none
+    assert {(x["policy"], x["seed"]) for x in data["runs"]} == {
+        (p, s) for p in data["policies"] for s in (0, 1)}
+    assert data["files"] == [str(out / "result.json")]
+    assert json.loads((out / "result.json").read_text())["aggregate"].keys() == \
+        data["aggregate"].keys()
+    assert "wrote 1 files" in r.stderr and "same workload for every seed" in r.stderr
+
+
+def test_sweep_json(workload_file: Path, tmp_path: Path):
+    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "specon+flowcon",
+               "--sweep", "alpha=0.05,0.2", "--json", "--out", str(tmp_path / "sw"))
+    assert r.returncode == 0, r.stderr
+    data = _strict_json(r.stdout)
+    assert isinstance(data, dict) and data["format"] == "specon-sweep/v1"
+    assert [row["alpha"] for row in data["rows"]] == [0.05, 0.2]
+    assert data["best"]["specon+flowcon"] in data["rows"]
+
+
+LINE = re.compile(r"\[simulate\] wl: seed [12]/2, policy [a-z+-]+ \(\d+/18 runs done, \d+ s\)")
+
+
+def test_progress_lines_on_stderr_when_it_is_not_a_terminal(
+        workload_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(progress, "EVERY_S", 0.02)  # 10 s in use
+    r = CliRunner().invoke(cli.app, ["simulate", str(workload_file), "--seeds", "2",
+                                     "--no-plots", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    assert lines and all(LINE.fullmatch(ln) for ln in lines), lines
+    assert "[simulate]" not in r.stdout and "avg completion" in r.stdout
+
+
+def test_line_progress_reports_a_single_long_run_too(capsys: pytest.CaptureFixture[str]):
+    import time
+
+    with progress.LineProgress("simulate", every_s=0.02) as prog:
+        task = prog.add_task("big", total=4)
+        prog.update(task, status="seed 1/2, policy default")
+        time.sleep(0.2)  # one run in progress, no tick
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3
+    assert all(re.fullmatch(r"\[simulate\] big: seed 1/2, policy default \(0/4 runs done, "
+                            r"\d+ s\)", ln) for ln in lines), lines
