@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from loopdoubles import Actuator, Meter
 
 from specon_agent.actuators.cgroup import CgroupActuator
 from specon_agent.agent import Agent, LoopConfig, _Followed
@@ -17,26 +18,6 @@ from specon_agent.progress import ProgressSource
 from specon_agent.settings import SettingsProblem, load_settings
 
 LONG, SHORT, NEW = "1" * 64, "2" * 64, "3" * 64
-
-
-class Actuator(CgroupActuator):
-    """Writes nothing: the limits stay in the controller (no cgroups here)."""
-
-    def apply_many(self, fractions, floor=0.0):  # type: ignore[no-untyped-def]
-        return [], {}
-
-
-class Meter:
-    """CPU counters (ns) the test sets."""
-
-    def __init__(self) -> None:
-        self.ns: dict[str, int] = {}
-
-    def usage_ns(self, cid: str) -> int | None:
-        return self.ns.get(cid)
-
-    def forget(self, cid: str) -> None:
-        self.ns.pop(cid, None)
 
 
 def follow(agent: Agent, meter: Meter, cid: str, total: int | None, now: float = 0.0) -> None:

@@ -10,37 +10,16 @@ import math
 from pathlib import Path
 
 import pytest
+from loopdoubles import Actuator, Meter
 
 from specon.core.categorize import Category
 from specon.defaults import NO_VALID_LOSS_INTERVALS
 from specon.sdk.progress import Reporter
-from specon_agent.actuators.cgroup import CgroupActuator
 from specon_agent.agent import Agent, LoopConfig
 from specon_agent.discovery import Arrived, Target
 
 BAD, GOOD = "b" * 64, "g" * 64
 INTERVAL = 60.0
-
-
-class Actuator(CgroupActuator):
-    """Writes nothing: the limits stay in the controller (no cgroups here)."""
-
-    def apply_many(self, fractions, floor=0.0):  # type: ignore[no-untyped-def]
-        return [], {}
-
-
-class Meter:
-    """CPU counters (ns) the test sets: each job uses one core."""
-
-    def __init__(self) -> None:
-        self.ns: dict[str, int] = {}
-
-    def usage_ns(self, cid: str) -> int | None:
-        return self.ns.get(cid)
-
-    def forget(self, cid: str) -> None:
-        self.ns.pop(cid, None)
-
 
 def test_a_job_whose_loss_stays_nan_is_watching_after_n_intervals(tmp_path: Path) -> None:
     meter = Meter()
