@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specon.sdk import SAVED_FILE, Checkpointer, Reporter
 from specon.wire import CheckpointRequest, JobReport
@@ -26,6 +28,8 @@ from specon_agent.actuators.cgroup import CgroupActuator
 from specon_agent.agent import Agent, LoopConfig
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Arrived, pod_targets
+from specon_agent.safefs import ConfinementError
+from specon_agent.tenancy import pod_path
 
 LABEL = "specon.io/training"
 CID = "e" * 64
@@ -162,3 +166,17 @@ def test_the_agent_writes_into_the_acting_jobs_own_folder(tmp_path: Path, given:
     assert json.loads((own / "request.json").read_text())["done"] is True
     assert json.loads((own / "threads.json").read_text())["threads"] == 1
     assert refusals(agent, "checkpoint") == 0 and refusals(agent, "progress") == 0
+
+
+@given(st.text(alphabet=st.sampled_from("/.abvictm-_\x00 ~\\"), max_size=30))
+@settings(max_examples=500, deadline=None)
+def test_any_annotation_resolves_beneath_the_namespace_folder_or_is_refused(given_path):
+    """Whatever a pod writes in its annotation: either a path beneath ``root/<its namespace>``
+    with no ``..``, or a ConfinementError; never another exception."""
+    root = Path("/shared")
+    try:
+        path = pod_path(root, "evil", given_path)
+    except ConfinementError:
+        return
+    rel = path.relative_to(root / "evil")
+    assert ".." not in rel.parts
