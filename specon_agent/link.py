@@ -166,13 +166,6 @@ class ManagerLink:
         with self._lock:
             self._heartbeat = hb
 
-    def _fresh_heartbeat(self) -> Heartbeat | None:
-        """The newest heartbeat unless it was delivered already: one is sent once, so a control
-        loop that stops making them (stalled) stops the heartbeats and the manager sees the
-        node stale (specon_agent/health.py). A failed one is sent again until delivered; a
-        delivered one is dropped by the loop (``_heartbeat = None``)."""
-        return self._heartbeat
-
     def request_reallocation(self, req: ReallocationRequest) -> None:
         with self._lock:
             if all(r.pod != req.pod or r.namespace != req.namespace for r in self._requests):
@@ -235,7 +228,10 @@ class ManagerLink:
                 if self._stop:
                     return
                 req = self._requests.popleft() if self._requests else None
-                hb = self._fresh_heartbeat() if req is None else None
+                # the newest heartbeat not yet delivered (a delivered one is dropped below): a
+                # loop that stops making them stops the heartbeats, and the manager sees the
+                # node stale (specon_agent/health.py); a failed one is sent again
+                hb = self._heartbeat if req is None else None
             if req is not None:
                 self._send_request(req)
                 continue

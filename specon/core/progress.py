@@ -253,6 +253,8 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
                 for dst in nodes:
                     if dst.name == src.name or dst.name in used:
                         continue
+                    # ranked at the target by its work left alone (docs/algorithms.md, "Early
+                    # progress": counting its early key there cost makespan)
                     added = placement_delta(dst, replace(j, attained=None), weights)
                     cost = cost_s.get(j.name, 0.0)
                     gain = saved - added - margin * cost
