@@ -211,10 +211,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         agent.run(stop)
     finally:
-        discovery.stop()
-        if agent.link is not None:
-            agent.link.stop()
-        agent.close()
+        try:
+            agent.close()  # limits back first, whatever stopping the threads then does
+        finally:
+            discovery.stop()
+            if agent.link is not None:
+                agent.link.stop()
     return 0
 
 

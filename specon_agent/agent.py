@@ -698,13 +698,16 @@ class Agent:
             log.exception("control loop pass failed; continuing")
 
     def close(self) -> None:
-        self.proofs.hasher.close()
-        for job in self.jobs.values():
-            if job.source is not None:
-                job.source.close()
-        if self.config.restore_on_exit:
-            failed = self.actuator.restore_all()
-            for cid, exc in failed.items():
-                log.warning("could not restore the limit of %s: %s", cid[:12], exc)
-            self._hint_restored(failed)
-            log.info("restored the limits this agent changed (%d failed)", len(failed))
+        # The limits first: the one thing that must happen before the grace period ends.
+        try:
+            if self.config.restore_on_exit:
+                failed = self.actuator.restore_all()
+                for cid, exc in failed.items():
+                    log.warning("could not restore the limit of %s: %s", cid[:12], exc)
+                self._hint_restored(failed)
+                log.info("restored the limits this agent changed (%d failed)", len(failed))
+        finally:
+            self.proofs.hasher.close()
+            for job in self.jobs.values():
+                if job.source is not None:
+                    job.source.close()

@@ -20,6 +20,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .base import (
     DEFAULT_PERIOD_US,
@@ -31,6 +32,9 @@ from .base import (
     LimitChange,
     bare_id,
 )
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +174,16 @@ class CgroupActuator(Actuator):
         if parent != self.root and self.root in parent.parents and parent not in self._lifted:
             held = self._read_limit(container_id, parent)
             if held.cores is not None and (after.cores is None or after.cores > held.cores):
-                self._write_limit(container_id, parent, held, CpuLimit(None, held.period_us))
+                # Kept (on disk too) before the write: an agent killed right after it still
+                # puts the pod's quota back when it starts again.
                 self._lifted[parent] = held
+                if self._ledger is not None:
+                    self._ledger.lift(self._relative(parent), held)
+                try:
+                    self._write_limit(container_id, parent, held, CpuLimit(None, held.period_us))
+                except ActuatorError:
+                    self._forget_lift(parent)
+                    raise
                 log.info("cgroup: lifted the quota of %s (%s) so a container in it can go "
                          "above it", parent.name, held)
         if parent in self._lifted:
@@ -260,17 +272,46 @@ class CgroupActuator(Actuator):
         self._settle_parent(container_id)
         self._paths.pop(container_id, None)
 
+    def restore_all(self) -> dict[str, ActuatorError]:
+        failed = super().restore_all()
+        # Pods lifted for no container still changed (lifted by an earlier run, found in the
+        # ledger, or left by a failure between the writes) go back too.
+        for parent in [p for p in self._lifted if p not in self._parent_of.values()]:
+            self._put_back(parent, parent.name)
+        return failed
+
+    def attach_ledger(self, ledger: Ledger) -> None:
+        super().attach_ledger(ledger)
+        for relative, held in ledger.lifted.items():
+            self._lifted.setdefault(self.root / relative, held)
+
+    def _relative(self, parent: Path) -> str:
+        return parent.relative_to(self.root).as_posix()
+
+    def _forget_lift(self, parent: Path) -> None:
+        self._lifted.pop(parent, None)
+        if self._ledger is not None:
+            self._ledger.settle(self._relative(parent))
+
     def _settle_parent(self, container_id: str) -> None:
         """Put a lifted pod quota back once none of its containers is still changed (the
         restored ones are at most their owner's limits again, which the pod's quota holds)."""
         parent = self._parent_of.pop(container_id, None)
         if parent is None or parent in self._parent_of.values():
             return
-        held = self._lifted.pop(parent)
+        self._put_back(parent, container_id)
+
+    def _put_back(self, parent: Path, who: str) -> None:
+        held = self._lifted[parent]
         try:
-            now = self._read_limit(container_id, parent)
+            now = self._read_limit(who, parent)
             if now.quota_us is None:  # still as lifted: nobody else has set it since
-                self._write_limit(container_id, parent, now, held)
+                self._write_limit(who, parent, now, held)
                 log.info("cgroup: put back the quota of %s (%s)", parent.name, held)
         except ContainerGone:
             pass  # the pod's cgroup is gone with its last container
+        except ActuatorError as exc:
+            log.warning("cgroup: could not put back the quota of %s (%s): %s", parent.name,
+                        held, exc)
+            return  # still recorded: the next restore (or the next run) tries again
+        self._forget_lift(parent)

@@ -43,11 +43,14 @@ class Entry:
 
 
 class Ledger:
-    """``{container ID: the limit it had before this agent changed it}`` in one JSON file."""
+    """``{container ID: the limit it had before this agent changed it}`` in one JSON file, and
+    the pod cgroups whose quota the cgroup actuator lifted (``lifted``: a path relative to the
+    actuator's root, with the pod's quota before), so that a restarted agent puts those back too."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: dict[str, Entry] = {}
+        self.lifted: dict[str, CpuLimit] = {}
 
     @classmethod
     def open(cls, path: Path) -> Ledger:
@@ -55,7 +58,7 @@ class Ledger:
         with the reason logged, and the ledger starts empty."""
         ledger = cls(path)
         try:
-            ledger.entries = _parse(path)
+            ledger.entries, ledger.lifted = _parse(path)
         except FileNotFoundError:
             pass
         except (OSError, LedgerError) as exc:
@@ -75,11 +78,25 @@ class Ledger:
         if self.entries.pop(cid, None) is not None:
             self._save()
 
+    def lift(self, relative: str, original: CpuLimit) -> None:
+        """A pod cgroup (``relative`` to the actuator's root) is about to be lifted from
+        ``original``: kept before the write, as a container's original is."""
+        self.lifted[relative] = original
+        self._save()
+
+    def settle(self, relative: str) -> None:
+        """The pod cgroup's quota is back (or the cgroup is gone)."""
+        if self.lifted.pop(relative, None) is not None:
+            self._save()
+
     def _save(self) -> None:
-        doc = {"version": VERSION, "originals": {
+        doc: dict[str, object] = {"version": VERSION, "originals": {
             cid: {"quota_us": e.original.quota_us, "period_us": e.original.period_us,
                   "where": list(e.where) if e.where else None}
             for cid, e in sorted(self.entries.items())}}
+        if self.lifted:  # absent when empty: a file an older agent reads the same
+            doc["lifted"] = {rel: {"quota_us": lim.quota_us, "period_us": lim.period_us}
+                             for rel, lim in sorted(self.lifted.items())}
         data = json.dumps(doc, indent=1).encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
@@ -98,7 +115,28 @@ class Ledger:
                 os.close(dfd)
 
 
-def _parse(path: Path) -> dict[str, Entry]:
+def _limit(name: str, rec: object) -> CpuLimit:
+    if not isinstance(rec, dict):
+        raise LedgerError(f"bad record for {name!r}")
+    quota, period = rec.get("quota_us"), rec.get("period_us")
+    if not (quota is None or (type(quota) is int and quota > 0)):
+        raise LedgerError(f"{name}: quota_us {quota!r}")
+    if not (type(period) is int and 1_000 <= period <= 1_000_000):
+        raise LedgerError(f"{name}: period_us {period!r}")
+    return CpuLimit(quota, period)
+
+
+def _relative_cgroup(rel: object) -> str:
+    """A lifted pod's path: relative, downward only, a few plain names (the file is read as
+    untrusted: no path in it may lead outside the actuator's root)."""
+    parts = rel.split("/") if isinstance(rel, str) and len(rel) <= 1024 else []
+    if not parts or len(parts) > 8 or any(
+            p in ("", ".", "..") or len(p) > 255 or "\0" in p for p in parts):
+        raise LedgerError(f"lifted: not a relative cgroup path: {str(rel)[:64]!r}")
+    return "/".join(parts)
+
+
+def _parse(path: Path) -> tuple[dict[str, Entry], dict[str, CpuLimit]]:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
@@ -120,14 +158,13 @@ def _parse(path: Path) -> dict[str, Entry]:
     for cid, rec in doc["originals"].items():
         if not (isinstance(cid, str) and 0 < len(cid) <= 256 and isinstance(rec, dict)):
             raise LedgerError(f"bad record for {str(cid)[:64]!r}")
-        quota, period, where = rec.get("quota_us"), rec.get("period_us"), rec.get("where")
-        if not (quota is None or (type(quota) is int and quota > 0)):
-            raise LedgerError(f"{cid[:12]}: quota_us {quota!r}")
-        if not (type(period) is int and 1_000 <= period <= 1_000_000):
-            raise LedgerError(f"{cid[:12]}: period_us {period!r}")
+        limit, where = _limit(cid[:12], rec), rec.get("where")
         if where is not None and not (isinstance(where, list) and len(where) == 3 and all(
                 isinstance(w, str) and 0 < len(w) <= 253 for w in where)):
             raise LedgerError(f"{cid[:12]}: where {where!r}")
-        out[cid] = Entry(CpuLimit(quota, period),
-                         (where[0], where[1], where[2]) if where else None)
-    return out
+        out[cid] = Entry(limit, (where[0], where[1], where[2]) if where else None)
+    lifted = doc.get("lifted", {})
+    if not isinstance(lifted, dict):
+        raise LedgerError("lifted: not a mapping")
+    pods = {_relative_cgroup(rel): _limit(str(rel)[:64], rec) for rel, rec in lifted.items()}
+    return out, pods

@@ -144,3 +144,25 @@ def test_the_actuator_on_the_kubelet_layout(
     assert _quota(container, version) == 100_000 and _quota(pod, version) is None
     assert actuator.restore_all() == {}
     assert _quota(container, version) == 50_000 and _quota(pod, version) == 50_000
+
+
+def test_a_pod_lifted_by_a_killed_agent_is_put_back_by_its_successor(
+        kubelet_container: tuple[int, Path, str, CgroupActuator], tmp_path: Path) -> None:
+    """The first agent raises a container above its pod's quota (the pod's quota lifted) and is
+    dropped without restoring anything, which is all kill -9 leaves behind; the next run, from
+    the ledger alone, puts back the container's limit *and* the pod's quota."""
+    from specon_agent.actuators.ledger import Ledger
+
+    version, container, cid, first = kubelet_container
+    pod, file = container.parent, tmp_path / "originals.json"
+    first.attach_ledger(Ledger.open(file))
+    first.apply(cid, 1.0 / first.node_cpus)
+    assert _quota(pod, version) is None
+    assert Ledger.open(file).lifted  # on disk before the agent could be killed
+
+    second = CgroupActuator(root=first.root, version=version)
+    second.attach_ledger(Ledger.open(file))
+    assert second.restore_all() == {}
+    assert _quota(container, version) == 50_000 and _quota(pod, version) == 50_000
+    ledger = Ledger.open(file)
+    assert ledger.entries == {} and ledger.lifted == {}

@@ -139,3 +139,37 @@ def test_a_symlink_a_fifo_and_a_huge_file_are_refused(tmp_path: Path) -> None:
     with huge.open("wb") as f:
         f.truncate(5 << 20)
     assert Ledger.open(huge).entries == {}
+
+
+@pytest.mark.parametrize("lifted", [
+    {"../escape": {"quota_us": 50_000, "period_us": 100_000}},
+    {"/abs/pod": {"quota_us": 50_000, "period_us": 100_000}},
+    {"kubepods/../../x": {"quota_us": 50_000, "period_us": 100_000}},
+    {"": {"quota_us": 50_000, "period_us": 100_000}},
+    {"a//b": {"quota_us": 50_000, "period_us": 100_000}},
+    {"a/./b": {"quota_us": 50_000, "period_us": 100_000}},
+    {"x" * 2000: {"quota_us": 50_000, "period_us": 100_000}},
+    {"/".join("d" * 9): {"quota_us": 50_000, "period_us": 100_000}},
+    {"kubepods/pod1": {"quota_us": -5, "period_us": 100_000}},
+    {"kubepods/pod1": 7},
+    [],
+])
+def test_a_lifted_pod_record_that_could_leave_the_root_makes_the_file_unusable(
+        tmp_path: Path, lifted: object) -> None:
+    file = tmp_path / "originals.json"
+    file.write_text(json.dumps({"version": 1, "originals": {}, "lifted": lifted}))
+    ledger = Ledger.open(file)
+    assert ledger.lifted == {} and ledger.entries == {}
+    assert not file.exists()  # kept aside as .corrupt-<time>, never trusted
+
+
+def test_a_lifted_pod_survives_in_the_file_and_an_old_file_reads_the_same(
+        tmp_path: Path) -> None:
+    file = tmp_path / "originals.json"
+    ledger = Ledger(file)
+    ledger.put("f" * 64, CpuLimit(50_000, 100_000))
+    assert "lifted" not in json.loads(file.read_text())  # what an older agent wrote
+    ledger.lift("kubepods/burstable/pod1", CpuLimit(100_000, 100_000))
+    assert Ledger.open(file).lifted == {"kubepods/burstable/pod1": CpuLimit(100_000, 100_000)}
+    ledger.settle("kubepods/burstable/pod1")
+    assert Ledger.open(file).lifted == {}
