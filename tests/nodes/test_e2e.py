@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +119,48 @@ def save_logs(cluster: RealCluster) -> str:
     return "\n".join(out) + "\n"
 
 
+class LogFollower:
+    """Follows every manager and agent pod's log to a file beside the nodes' (``<pod>.follow.log``)
+    from its start to its container's end: what a replaced or uninstalled agent logs while it
+    puts the limits back goes with its pod otherwise."""
+
+    def __init__(self, cluster: RealCluster) -> None:
+        self.cluster, self.stop = cluster, threading.Event()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.thread = threading.Thread(target=self._run, name="log-follower", daemon=True)
+
+    def __enter__(self) -> LogFollower:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+            proc.wait(timeout=10)
+
+    def _run(self) -> None:
+        kubectl = shutil.which("kubectl") or "kubectl"
+        while not self.stop.wait(1.0):
+            try:
+                now = pods(self.cluster, SYSTEM)
+            except Exception:  # the API server is being restarted: look again later
+                continue
+            for p in now:
+                name = p["metadata"]["name"]
+                if name in self.procs or not running_container_id(p):
+                    continue
+                out = (self.cluster.workdir / f"{name}.follow.log").open("ab")
+                self.procs[name] = subprocess.Popen(
+                    [kubectl, f"--kubeconfig={self.cluster.plane.kubeconfig}", "logs", "-f",
+                     "--timestamps", "--all-containers", "--prefix", "-n", SYSTEM, name],
+                    stdout=out, stderr=subprocess.STDOUT)
+                out.close()
+
+
 def progress_records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -149,8 +194,25 @@ class LimitWatch:
                 continue  # the container ended between the listing and the read
 
 
+@pytest.fixture
+def followed_logs(cluster: RealCluster) -> Iterator[LogFollower]:
+    with LogFollower(cluster) as follower:
+        yield follower
+
+
+def shutdown_lines(cluster: RealCluster) -> str:
+    """What the agents logged about limits as they stopped (from the followed logs)."""
+    out = []
+    for f in sorted(cluster.workdir.glob("specon-agent-*.follow.log")):
+        lines = [ln for ln in f.read_text(errors="replace").splitlines()
+                 if any(w in ln for w in ("signal", "restor", "put back", "lifted", "could not"))]
+        out.append(f"--- {f.name} ---\n" + "\n".join(lines[-12:]))
+    return "\n".join(out)
+
+
 def test_helm_install_apply_throttle_migrate_resume_uninstall(
-        cluster: RealCluster, node_images: dict[str, str], tmp_path: Path) -> None:
+        cluster: RealCluster, node_images: dict[str, str], tmp_path: Path,
+        followed_logs: LogFollower) -> None:
     k = cluster.plane.kubectl
     first, second = cluster.node_names
     training = "training"
@@ -293,9 +355,12 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
             "app.kubernetes.io/component") == "agent"], timeout=120)
     left = [p for p in pods(cluster, training) if running_container_id(p)]
     assert left, "no training container left running to check"
+    followed_logs.__exit__(None, None, None)  # the agents are gone: their logs are complete
     for p in left:
         path = watch.cg.path(running_container_id(p) or "")
-        assert watch.cg.quota(path) == kubelet_quota, p["metadata"]["name"]
-        assert watch.cg.quota(path.parent) == kubelet_quota, p["metadata"]["name"]
+        assert watch.cg.quota(path) == kubelet_quota, (p["metadata"]["name"],
+                                                       shutdown_lines(cluster))
+        assert watch.cg.quota(path.parent) == kubelet_quota, (p["metadata"]["name"],
+                                                              shutdown_lines(cluster))
 
     k("delete", "namespace", training, "--wait=false")
