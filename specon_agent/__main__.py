@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -112,10 +113,28 @@ def _kube_api(settings: AgentSettings) -> Any:
     return client.CoreV1Api(api_client)
 
 
+#: The one name the chart gave the file before it named the node in it.
+LEGACY_ORIGINALS = "originals.json"
+
+
+def adopt_legacy(path: Path) -> None:
+    """Take over the file an earlier release kept under one name for every node (``path``
+    names the node now, so that two agents sharing a host folder never share records)."""
+    legacy = path.with_name(LEGACY_ORIGINALS)
+    if path.name == legacy.name or path.exists() or not legacy.is_file():
+        return
+    try:
+        os.replace(legacy, path)
+        log.info("took over %s (an earlier release's name) as %s", legacy.name, path.name)
+    except OSError as exc:
+        log.warning("could not take over %s as %s: %s", legacy, path.name, exc)
+
+
 def _restore_recorded(actuator: Actuator, path: Path) -> None:
     """Keep the originals in ``path`` and first put back every limit an earlier run of the
     agent recorded there (it was killed before it could): the agent then starts from the
     owners' limits, never from its own (docs/agent.md, "Limits that survive the agent")."""
+    adopt_legacy(path)
     ledger = Ledger.open(path)
     actuator.attach_ledger(ledger)
     recorded = len(ledger.entries)

@@ -173,3 +173,15 @@ def test_a_lifted_pod_survives_in_the_file_and_an_old_file_reads_the_same(
     assert Ledger.open(file).lifted == {"kubepods/burstable/pod1": CpuLimit(100_000, 100_000)}
     ledger.settle("kubepods/burstable/pod1")
     assert Ledger.open(file).lifted == {}
+
+
+def test_the_node_named_file_takes_over_an_earlier_release_s_one_once(tmp_path: Path) -> None:
+    from specon_agent.__main__ import adopt_legacy
+
+    legacy, mine = tmp_path / "originals.json", tmp_path / "originals-node-a.json"
+    Ledger(legacy).put("f" * 64, CpuLimit(50_000, 100_000))
+    adopt_legacy(mine)
+    assert not legacy.exists() and set(Ledger.open(mine).entries) == {"f" * 64}
+    Ledger(legacy).put("e" * 64, CpuLimit(50_000, 100_000))  # another node's, later: left alone
+    adopt_legacy(mine)
+    assert legacy.exists() and set(Ledger.open(mine).entries) == {"f" * 64}
