@@ -99,7 +99,7 @@ def canonical(name: str, stacklevel: int = 2) -> str:
     notice = renamed(name)
     if notice is None:
         return name
-    warnings.warn(notice, DeprecationWarning, stacklevel=stacklevel + 1)
+    warnings.warn(notice, DeprecationWarning, stacklevel=stacklevel)
     log.warning("%s", notice)
     return DEPRECATED_NAMES[name]
 
