@@ -1,6 +1,6 @@
 """Which parts of the shipped policy pay: each variant over the random suite, against default.
 
-Variants of `specon+flowcon` (specon/core/policy.py): without thread hints, with Kubernetes'
+Variants of `progress` (specon/core/policy.py): without thread hints, with Kubernetes'
 spread placement instead of its own, without moves, with the floor raised to a share of an
 equal split for progressing jobs, and with a higher bar for moves. Per variant: mean, median
 and worst change in average completion against default, over the workloads of
@@ -27,7 +27,7 @@ from specon.sim.engine import Simulator  # noqa: E402
 from specon.sim.generate import random_workload  # noqa: E402
 from specon.sim.model import SimConfig  # noqa: E402
 
-SHIPPED = POLICIES["specon+flowcon"]
+SHIPPED = POLICIES["progress"]
 VARIANTS: dict[str, tuple[Policy, dict[str, float]]] = {
     "shipped": (SHIPPED, {}),
     "no thread hints": (replace(SHIPPED, thread_hint=False), {}),

@@ -3,7 +3,7 @@
 Runs the same staggered workload of real PyTorch example jobs (from the local base image, the
 repository mounted read-only) on this Docker host: with no limits at all (equal CFS shares: the
 research's NA, the simulator's `default`) and with `specon-agent` in standalone mode running a
-policy's node rules (`--policy`: `flowcon`, the research's FlowCon, or `specon+flowcon`, CPU to
+policy's node rules (`--policy`: `flowcon`, the research's FlowCon, or `progress`, CPU to
 the job with the least work left). Reports each job's completion time, the average and the
 makespan of each run, and the same figures from the simulator (`specon.sim`, the engine behind
 `specon simulate`) for the same workload, profiles and parameters, with the simulator's error.
@@ -44,7 +44,7 @@ from typing import Any
 
 import docker
 
-from specon.core.policy import POLICIES
+from specon.core.policy import POLICIES, canonical
 from specon.names import ANNOTATION_TOTAL_STEPS as TOTAL_STEPS
 from specon.sim.engine import Simulator
 from specon.sim.model import SimConfig
@@ -192,8 +192,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "agent_vs_na")
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="single")
-    ap.add_argument("--policy", choices=["flowcon", "specon+flowcon"], default="flowcon",
-                    help="the policy whose node rules the agent runs (and the simulator)")
+    ap.add_argument("--policy", type=canonical, choices=["flowcon", "progress"],
+                    default="flowcon", help="the policy whose node rules the agent runs (and the "
+                    "simulator); the old name specon+flowcon is read as progress, with a warning")
     ap.add_argument("--repeats", type=int, default=1, help="alternating runs of each arm")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every job's iterations")
     args = ap.parse_args()

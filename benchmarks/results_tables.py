@@ -30,7 +30,7 @@ def table(result: dict) -> str:
         a = agg[p]
         avg, mk, t90 = a["avg_completion_s"], a["makespan_s"], a["avg_time_to_90_s"]
         ref = p in ("default", "oracle")
-        name = "oracle (bound)" if p == "oracle" else f"**{p}**" if p == "specon+flowcon" else p
+        name = "oracle (bound)" if p == "oracle" else f"**{p}**" if p == "progress" else p
         rows.append(
             f"| {name} | {fmt(avg['mean'])} ± {fmt(avg['ci95'])} | "
             f"{'' if ref else fmt(avg['vs_default_pct']['mean'], True)} | "

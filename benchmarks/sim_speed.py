@@ -12,7 +12,7 @@ import argparse
 import statistics
 import time
 
-from specon.core.policy import POLICIES
+from specon.core.policy import POLICIES, canonical
 from specon.sim.experiments import EXPERIMENTS, scale_test
 from specon.sim.model import SimConfig
 from specon.sim.runner import run_one
@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--big-jobs", type=int, default=10_000)
     ap.add_argument("--big-workers", type=int, default=500)
-    ap.add_argument("--big-policies", default="default,specon+flowcon,oracle")
+    ap.add_argument("--big-policies", default="default,progress,oracle")
     args = ap.parse_args()
     cfg = SimConfig(record_timeline=False)
 
@@ -53,7 +53,7 @@ def main() -> None:
     t_build, big = timed(lambda: scale_test(0, args.big_jobs, args.big_workers))
     print(f"building the workload: {t_build:.2f} s")
     print(f"{'policy':16} {'wall s':>9} {'events':>9} {'events/s':>9} {'makespan s':>11}")
-    for p in args.big_policies.split(","):
+    for p in (canonical(p) for p in args.big_policies.split(",")):
         dt, res = timed(lambda p=p: run_one(big, p, cfg, 0))
         s = res.summary()
         print(f"{p:16} {dt:9.2f} {res.events:9d} {res.events / dt:9.0f} "

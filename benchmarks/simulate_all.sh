@@ -20,10 +20,10 @@ for e in paper-20 paper-vae20 paper-50x8 philly-160 paper-20-mc paper-50x8-mc; d
   run "$e" --no-plots
 done
 for e in targets-short deadlines-short; do
-  run "$e" --no-plots --policies default,paper,specon+flowcon,las,dqoes,deadline,agent-qos,oracle
+  run "$e" --no-plots --policies default,paper,progress,las,dqoes,deadline,agent-qos,oracle
 done
 $PY benchmarks/suite.py --workloads 30 --seeds 3 | tee docs/results/suite.txt
-$PY benchmarks/suite.py --workloads 30 --seeds 3 --policies default,specon+flowcon,oracle \
+$PY benchmarks/suite.py --workloads 30 --seeds 3 --policies default,progress,oracle \
   --cost-error 0.3 --unknown-total-share 0.3 --out docs/results/suite-robustness.json \
   | tee docs/results/suite-robustness.txt
 $PY benchmarks/ablation.py --workloads 30 --seeds 2 | tee docs/results/ablation.txt

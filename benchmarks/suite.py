@@ -8,8 +8,8 @@ distribution over workloads: mean, median, best and worst change, and how many w
 lost (slower than default by more than 1%).
 
     python benchmarks/suite.py                        # 30 workloads x 3 seeds, every policy
-    python benchmarks/suite.py --workloads 5 --seeds 1 --policies default,specon+flowcon
-    python benchmarks/suite.py --family widened --workloads 12 --policies default,specon+flowcon
+    python benchmarks/suite.py --workloads 5 --seeds 1 --policies default,progress
+    python benchmarks/suite.py --family widened --workloads 12 --policies default,progress
         # 12 workloads of each family of specon.sim.generate.FAMILIES (overload, speeds
         # 0.25-4, 16-64 workers, heavy-tailed lengths, and the default draws): 60 in all
 
@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specon.core.policy import POLICIES  # noqa: E402
+from specon.core.policy import POLICIES, canonical  # noqa: E402
 from specon.sim.generate import FAMILIES, family_workload  # noqa: E402
 from specon.sim.model import SimConfig  # noqa: E402
 from specon.sim.runner import run_one  # noqa: E402
@@ -163,8 +163,8 @@ def main() -> None:
         ap.error(f"--family: unknown family {a.family!r} (known: {', '.join(FAMILIES)}, "
                  "widened)")
     families = list(FAMILIES) if a.family == "widened" else [a.family]
-    policies = list(POLICIES) if a.policies == "all" else [
-        p.strip() for p in a.policies.split(",") if p.strip()]
+    policies = list(POLICIES) if a.policies == "all" else list(dict.fromkeys(
+        canonical(p.strip()) for p in a.policies.split(",") if p.strip()))  # old names warn
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         ap.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from specon import defaults
-from specon.core.policy import POLICIES
+from specon.core.policy import DEPRECATED_NAMES, POLICIES, renamed
 from specon.sim.experiments import DEFAULT_EXPERIMENT, EXPERIMENTS
 from specon.sim.model import SimConfig
 from specon.sim.progress import LineProgress
@@ -92,6 +92,11 @@ def _seeds(text: str) -> list[int]:
 
 def _policies(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
+    for p in dict.fromkeys(names):  # an old name: one warning line, then its new name
+        notice = renamed(p)
+        if notice is not None:
+            err.print(f"warning: {notice}", markup=False, highlight=False, soft_wrap=True)
+    names = list(dict.fromkeys(DEPRECATED_NAMES.get(p, p) for p in names))
     for p in names:
         if p not in POLICIES:
             raise UsageError(f"--policies: unknown policy {p!r} (known: {', '.join(POLICIES)})")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     CliSettingsSource,
@@ -26,6 +26,7 @@ from pydantic_settings import (
 )
 
 from specon import defaults
+from specon.core.policy import canonical
 from specon.wire import LABEL_TRAINING
 
 SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -123,8 +124,9 @@ class AgentSettings(BaseSettings):
     policy: str = Field(
         "paper", description="scheduling policy whose node rules the agent runs (specon.core."
         "policy): 'paper' (FlowCon and Algorithm 3's requests, the research's) or "
-        "'specon+flowcon' (CPU by work left, the progress-aware policy; the chart sets the "
-        "manager's policy here)")
+        "'progress' (CPU by work left, the progress-aware policy; the chart sets the "
+        "manager's policy here); an old name ('specon+flowcon') is read as its new one, with a "
+        "warning, until the next release")
     poll_s: float = Field(2.0, gt=0, le=60, description="how often logs are read (s)")
     tail_bytes: int = Field(
         1 << 20, ge=4096, description="at most this much of an existing log is read on discovery")
@@ -166,6 +168,11 @@ class AgentSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         file = () if cls._config_file is None else (cls._config_file,)
         return (init_settings, env_settings, *file)
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_name(cls, v: str) -> str:
+        return canonical(v)  # an old name: its new one, with a warning
 
     @model_validator(mode="after")
     def _policy_runs_here(self) -> AgentSettings:

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from specon import defaults
-from specon.core.policy import lookup, missing_rules
+from specon.core.policy import canonical, lookup, missing_rules
 
 #: The rules of a policy the manager runs: placement in the extender, moves in its loop.
 PLACEMENT_RULES = frozenset({"spread", "specon", "progress"})
@@ -110,8 +110,9 @@ class ManagerSettings(BaseSettings):
     # -- the scheduling policy (specon.core.policy) ---------------------------------------------
     #: Its placement rule scores nodes in the extender; its move rule decides what moves:
     #: ``paper`` (the research's: Algorithm 4 on the agents' requests, Algorithm 5's rounds),
-    #: ``specon+flowcon`` (the progress-aware one the chart ships: placement and moves by
-    #: predicted completion). Set the agents' ``policy`` to the same name (the chart does).
+    #: ``progress`` (the progress-aware one: placement and moves by predicted completion). Set
+    #: the agents' ``policy`` to the same name (the chart does). An old name
+    #: (``specon+flowcon``) is read as its new one, with a warning, until the next release.
     policy: str = "paper"
 
     # -- which pods are ours ------------------------------------------------------------------
@@ -188,6 +189,7 @@ class ManagerSettings(BaseSettings):
     @field_validator("policy")
     @classmethod
     def _policy_runs_here(cls, v: str) -> str:
+        v = canonical(v)  # an old name: its new one, with a warning
         missing = missing_rules(lookup(v), placements=PLACEMENT_RULES, moves=MOVE_RULES)
         if missing:
             raise ValueError(f"policy {v!r}: the manager cannot run its {missing[0]}")

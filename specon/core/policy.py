@@ -2,6 +2,10 @@
 CLI look a policy up in (``specon simulate --policies``, ``specon-agent --policy``, the
 manager's ``policy`` setting, the chart's ``manager.policy`` and ``agent.policy``).
 
+The names say what a policy does; two were renamed (``specon+flowcon`` is ``progress``,
+``specon`` is ``progress-equal-share``) and their old names are still accepted, with a warning,
+until the next release (:data:`DEPRECATED_NAMES`, docs/upgrades.md).
+
 A policy is a combination of named rules: where a new job goes (``placement``), how a node's
 CPU is divided (``share``, with FlowCon's limits or not), and what happens at each interval
 (``moves``). Each adapter keeps its own registry of the rules it can run (the simulator all of
@@ -11,9 +15,13 @@ rule it lacks, by name. A new policy is its rules plus a :func:`register` call.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from dataclasses import dataclass
 
 from specon import defaults
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +51,9 @@ POLICIES: dict[str, Policy] = {
                "per capacity, migration of converged jobs, rebalancing)"),
         Policy("paper", placement="specon", specon=True, moves="specon", flowcon=True,
                description="the research's full system: SpeCon + FlowCon"),
-        Policy("specon", placement="progress", specon=True, moves="progress",
+        Policy("progress-equal-share", placement="progress", specon=True, moves="progress",
                description="progress-aware placement and moves, equal CPU shares on a node"),
-        Policy("specon+flowcon", placement="progress", share="progress", specon=True,
+        Policy("progress", placement="progress", share="progress", specon=True,
                moves="progress", thread_hint=True,
                description="the full system as shipped: progress-aware placement, CPU on a "
                "node by work left, thread hints, moves that pay for themselves"),
@@ -61,6 +69,12 @@ POLICIES: dict[str, Policy] = {
     )
 }
 
+#: Old policy names, accepted until the next release, and the names they have now. The one
+#: table every place that reads a policy name goes through (:func:`canonical`).
+DEPRECATED_NAMES: dict[str, str] = {
+    "specon+flowcon": "progress",
+    "specon": "progress-equal-share",
+}
 
 
 def register(policy: Policy) -> Policy:
@@ -69,10 +83,32 @@ def register(policy: Policy) -> Policy:
     return policy
 
 
+def renamed(name: str) -> str | None:
+    """The one-line notice for an old name (:data:`DEPRECATED_NAMES`), None for any other."""
+    new = DEPRECATED_NAMES.get(name)
+    if new is None:
+        return None
+    return (f"policy {name!r} is now called {new!r}; the old name is accepted until the next "
+            f"release (docs/upgrades.md)")
+
+
+def canonical(name: str, stacklevel: int = 2) -> str:
+    """The name ``name`` has now: an old one (:data:`DEPRECATED_NAMES`) gives its new one, with
+    a DeprecationWarning and a logged warning that names it; any other comes back as it is
+    (:func:`lookup` judges it). ``stacklevel`` is the warning's, as in warnings.warn."""
+    notice = renamed(name)
+    if notice is None:
+        return name
+    warnings.warn(notice, DeprecationWarning, stacklevel=stacklevel)
+    log.warning("%s", notice)
+    return DEPRECATED_NAMES[name]
+
+
 def lookup(name: str) -> Policy:
-    """The policy of that name; ValueError naming the known ones otherwise."""
+    """The policy of that name (an old name gives its new policy, with :func:`canonical`'s
+    warning); ValueError naming the known ones otherwise."""
     try:
-        return POLICIES[name]
+        return POLICIES[canonical(name, stacklevel=3)]
     except KeyError:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})") from None
 

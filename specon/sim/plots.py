@@ -13,8 +13,8 @@ from specon.sim.model import RunResult
 from specon.sim.runner import Matrix
 
 COLORS = {
-    "default": "#7f7f7f", "flowcon": "#1f77b4", "specon": "#2ca02c",
-    "specon+flowcon": "#d62728", "las": "#9467bd", "slaq": "#8c564b", "oracle": "#000000",
+    "default": "#7f7f7f", "flowcon": "#1f77b4", "progress-equal-share": "#2ca02c",
+    "progress": "#d62728", "las": "#9467bd", "slaq": "#8c564b", "oracle": "#000000",
     "paper": "#ff7f0e", "paper-specon": "#bcbd22",
 }
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from scipy.stats import t as student_t
 
-from specon.core.policy import POLICIES
+from specon.core.policy import POLICIES, canonical, lookup
 from specon.sim.engine import Simulator
 from specon.sim.model import RunResult, SimConfig
 from specon.sim.oracle import simulate_oracle
@@ -116,7 +116,7 @@ class Matrix:
 def run_one(workload: Workload, policy: str, config: SimConfig, seed: int) -> RunResult:
     if policy == "oracle":
         return simulate_oracle(workload, seed)
-    return Simulator(workload, POLICIES[policy], config, seed).run()
+    return Simulator(workload, lookup(policy), config, seed).run()
 
 
 def run_matrix(
@@ -129,7 +129,9 @@ def run_matrix(
     start: Callable[[str, int], None] | None = None,
 ) -> Matrix:
     """Every policy on the same workload per seed (paired comparison). `start(policy, seed)`
-    is called before each run and `tick(policy, seed)` after it (progress reports)."""
+    is called before each run and `tick(policy, seed)` after it (progress reports). An old
+    policy name runs, and is reported, as its new one (with a warning)."""
+    policies = [canonical(p) for p in policies]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")

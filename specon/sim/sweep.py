@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from specon.core.policy import canonical
 from specon.sim.model import SimConfig
 from specon.sim.progress import LineProgress
 from specon.sim.runner import Matrix, run_matrix
@@ -57,10 +58,11 @@ def run_sweep(
     progress: Progress | LineProgress,
 ) -> list[dict[str, Any]]:
     """Run every combination; the baseline policies run once (they ignore the parameters)."""
-    tuned = [p for p in policies if p in ("flowcon", "specon", "specon+flowcon", "paper",
+    policies = [canonical(p) for p in policies]  # an old name: its new one, with a warning
+    tuned = [p for p in policies if p in ("flowcon", "progress-equal-share", "progress", "paper",
                                           "paper-specon", "slaq")]
     if not tuned:
-        tuned = ["specon+flowcon"]
+        tuned = ["progress"]
     keys = sorted(grid)
     combos = list(itertools.product(*(grid[k] for k in keys)))
     rows: list[dict[str, Any]] = []

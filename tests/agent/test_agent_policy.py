@@ -35,7 +35,7 @@ def first_step(agent: Agent, cid: str, step: float, cpu_ns: int) -> None:
 
 def test_the_progress_policy_gives_the_node_to_the_job_with_least_work_left() -> None:
     meter = Meter()
-    agent = Agent(LoopConfig(node="n", policy="specon+flowcon"), Actuator(node_cpus=2),
+    agent = Agent(LoopConfig(node="n", policy="progress"), Actuator(node_cpus=2),
                   meter)  # type: ignore[arg-type]
     for cid in (LONG, SHORT, NEW):
         follow(agent, meter, cid, total=1000)
@@ -77,7 +77,7 @@ def test_the_research_policy_keeps_flowcon_and_asks_to_move() -> None:
         follow(agent, meter, cid, total=None)
     agent._divide(1.0)
     assert agent.control.shares == {}  # FlowCon decides
-    progress = Agent(LoopConfig(node="n", policy="specon+flowcon"), CgroupActuator(node_cpus=4),
+    progress = Agent(LoopConfig(node="n", policy="progress"), CgroupActuator(node_cpus=4),
                      meter)  # type: ignore[arg-type]
     assert not progress.policy.asks_to_move and not progress.policy.flowcon
     # Algorithm 3 asks to move a converged job on a crowded node: the research's agent sends
@@ -91,7 +91,7 @@ def test_the_research_policy_keeps_flowcon_and_asks_to_move() -> None:
 
 
 def test_a_policy_the_agent_cannot_run_is_refused_by_name() -> None:
-    assert load_settings(["--policy", "specon+flowcon"]).policy == "specon+flowcon"
+    assert load_settings(["--policy", "progress"]).policy == "progress"
     with pytest.raises(SettingsProblem, match="share rule 'slaq'"):
         load_settings(["--policy", "slaq"])
     with pytest.raises(SettingsProblem, match="unknown policy 'fifo'"):
@@ -105,7 +105,7 @@ def test_a_jobs_cost_per_step_is_measured_from_its_first_step_not_its_start_up(
     on the real engine the order of service flipped as the estimate settled (the real-engine
     benchmark, benchmarks/agent_vs_na.py --workload multicore)."""
     meter = Meter()
-    agent = Agent(LoopConfig(node="n", policy="specon+flowcon"), Actuator(node_cpus=2),
+    agent = Agent(LoopConfig(node="n", policy="progress"), Actuator(node_cpus=2),
                   meter)  # type: ignore[arg-type]
     log = tmp_path / "progress.jsonl"
     log.write_text("")
@@ -132,3 +132,16 @@ def test_a_jobs_cost_per_step_is_measured_from_its_first_step_not_its_start_up(
     agent._divide(50.0)
     assert job.load.work == pytest.approx(989.0)  # 989 steps left at 1 s, not 3,596
     assert agent.heartbeat(50.0).jobs[0].work_s == pytest.approx(989.0)
+
+
+@pytest.mark.parametrize(("old", "new"), [("specon+flowcon", "progress"),
+                                          ("specon", "progress-equal-share")])
+def test_an_old_policy_name_is_read_as_its_new_one_with_a_warning(
+        old: str, new: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 26: the renamed policies' old names are accepted for one release."""
+    with pytest.warns(DeprecationWarning, match=f"now called '{new}'"):
+        settings = load_settings(["--policy", old])
+    assert settings.policy == new
+    assert any(f"'{old}' is now called '{new}'" in r.getMessage() for r in caplog.records)
+    with pytest.raises(SettingsProblem, match=r"unknown policy 'fifo' \(known: default, "):
+        load_settings(["--policy", "fifo"])

@@ -1,5 +1,5 @@
 """The progress-aware policy's node rule on the real engine: `specon-agent --policy
-specon+flowcon` in standalone mode, real PyTorch training containers (one thread each) and
+progress` in standalone mode, real PyTorch training containers (one thread each) and
 Docker's CFS quotas. More jobs than cores: the jobs that declare little work left
 (``specon.io/total-steps``) are given a core each, the ones with the most left are held at the
 policy's floor, measured from each job's steps and CPU use (specon.core.progress.measured_load);
@@ -27,7 +27,7 @@ def test_the_jobs_with_least_work_left_get_the_cores(
     cpus = int(engine.info()["NCPU"])
     full = cpus * 100_000
     args = ["--mode", "standalone", "--label", label, "--poll-s", "1", "--interval-s", "10",
-            "--policy", "specon+flowcon", "--node-name", "progress"]
+            "--policy", "progress", "--node-name", "progress"]
     jobs = []
     try:
         with agent_process(args, tmp_path / "agent.log") as agent:
@@ -55,7 +55,7 @@ def test_the_jobs_with_least_work_left_get_the_cores(
             for _ in range(5):  # and it holds
                 assert divided(), ([quota(c) for c in short], [quota(c) for c in long])
                 time.sleep(1)
-            assert "policy specon+flowcon" in agent.log()
+            assert "policy progress" in agent.log()
             assert all(quota(c) < full for c in jobs)
         log = agent.log()
         assert agent.proc.returncode == 0, log[-3000:]

@@ -62,7 +62,7 @@ def test_progress_placement_prefers_the_node_with_the_least_work_ahead() -> None
     beats = [heartbeat("busy", [job("a", "PC", work_s=3000.0), job("b", "PC", work_s=3000.0)]),
              heartbeat("light", [job("c", "CC", work_s=100.0)]),
              heartbeat("gone", [])]
-    state = state_of("specon+flowcon", beats)
+    state = state_of("progress", beats)
     scores = state.priorities(["busy", "light", "unknown"], 10)
     assert scores[1] == 10 and 0 < scores[0] < 10 and scores[2] == 0, scores
     # the research's score counts jobs by category: the same light node, for another reason
@@ -75,8 +75,8 @@ def test_progress_placement_prefers_the_node_with_the_least_work_ahead() -> None
 def test_a_planned_move_takes_a_job_off_a_crowded_node() -> None:
     pods = [running(n, "node-1") for n in ("a", "b", "c")]
     kube = FakeKube(pods)
-    settings = ManagerSettings(kubernetes=False, policy="specon+flowcon", migration_cost_s=30)
-    state = state_of("specon+flowcon", [
+    settings = ManagerSettings(kubernetes=False, policy="progress", migration_cost_s=30)
+    state = state_of("progress", [
         heartbeat("node-1", [job(n, "PC", uid=f"u-{n}", work_s=w, checkpointable=True)
                              for n, w in (("a", 600.0), ("b", 900.0), ("c", 1200.0))], cpus=1),
         heartbeat("node-2", [], cpus=1)])
@@ -104,5 +104,18 @@ def test_a_policy_the_manager_cannot_run_is_refused_by_name() -> None:
             ManagerSettings(kubernetes=False, policy="toy-coin")
     finally:
         POLICIES.pop("toy-coin")
-    assert ManagerSettings(kubernetes=False, policy="specon+flowcon").policy == "specon+flowcon"
+    assert ManagerSettings(kubernetes=False, policy="progress").policy == "progress"
     assert ManagerSettings(kubernetes=False).policy == "paper"
+
+
+@pytest.mark.parametrize(("old", "new"), [("specon+flowcon", "progress"),
+                                          ("specon", "progress-equal-share")])
+def test_an_old_policy_name_is_read_as_its_new_one_with_a_warning(
+        old: str, new: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 26: the renamed policies' old names are accepted for one release."""
+    with pytest.warns(DeprecationWarning, match=f"now called '{new}'"):
+        settings = ManagerSettings(kubernetes=False, policy=old)
+    assert settings.policy == new and lookup(settings.policy) is POLICIES[new]
+    assert any(f"'{old}' is now called '{new}'" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValidationError, match=r"unknown policy 'nope' \(known: default, "):
+        ManagerSettings(kubernetes=False, policy="nope")

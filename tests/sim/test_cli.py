@@ -39,20 +39,20 @@ def test_simulate_writes_result_and_plots(workload_file: Path, tmp_path: Path):
     out = tmp_path / "out"
     r = specon("simulate", str(workload_file), "--seeds", "2", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert "avg completion" in r.stdout and "specon+flowcon" in r.stdout
+    assert "avg completion" in r.stdout and "progress" in r.stdout
     assert "[simulate]" not in r.stderr  # a run shorter than 10 s prints no progress line
     result = json.loads((out / "result.json").read_text())
     assert result["format"] == "specon-result/v1"
-    assert set(result["aggregate"]) == {"default", "flowcon", "paper-specon", "paper", "specon",
-                                        "specon+flowcon",
-                                        "las", "slaq", "oracle"}
+    assert set(result["aggregate"]) == {"default", "flowcon", "paper-specon", "paper",
+                                        "progress-equal-share", "progress", "las", "slaq",
+                                        "oracle"}
     run = result["runs"][0]
     job = run["jobs"][0]
     for key in ("submit_s", "start_s", "finish_s", "completion_s", "time_to_90_s", "migrations"):
         assert key in job
     assert run["cpu"] and run["jobs_per_worker"]
-    for png in ("summary.png", "completion.png", "cpu-share-specon-flowcon.png",
-                "jobs-per-worker-specon.png"):
+    for png in ("summary.png", "completion.png", "cpu-share-progress.png",
+                "jobs-per-worker-progress-equal-share.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
 
@@ -95,6 +95,26 @@ def test_bad_input_exits_2_with_one_line(args: list[str], needle: str):
     assert r.stdout == ""
 
 
+def test_an_old_policy_name_runs_as_its_new_one_with_one_warning_line(
+        workload_file: Path, tmp_path: Path):
+    """Issue 26: `specon+flowcon` is now `progress`, `specon` is `progress-equal-share`; the
+    old names are accepted for one release, each with one line naming its new name."""
+    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies",
+               "default,specon+flowcon,specon,progress", "--no-plots", "--json",
+               "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    data = _strict_json(r.stdout)
+    assert isinstance(data, dict)
+    assert data["policies"] == ["default", "progress", "progress-equal-share"]
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
+    assert warned == [
+        "warning: policy 'specon+flowcon' is now called 'progress'; the old name is accepted "
+        "until the next release (docs/upgrades.md)",
+        "warning: policy 'specon' is now called 'progress-equal-share'; the old name is "
+        "accepted until the next release (docs/upgrades.md)"], r.stderr
+    assert "DeprecationWarning" not in r.stderr and "Traceback" not in r.stderr
+
+
 def test_a_bad_file_for_validate_exits_2_naming_file_and_field(tmp_path: Path):
     path = tmp_path / "bad.yaml"
     path.write_text("format: specon-workload/v1\ncluster: {workers: []}\nprofiles: {}\n"
@@ -134,10 +154,10 @@ def test_bad_workload_file_exits_2(workload_file: Path):
 
 
 def test_sweep_reports_best(workload_file: Path, tmp_path: Path):
-    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "specon+flowcon",
+    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "progress",
                "--sweep", "alpha=0.05,0.2 interval=20", "--out", str(tmp_path / "sw"))
     assert r.returncode == 0, r.stderr
-    assert "best for specon+flowcon" in r.stdout
+    assert "best for progress" in r.stdout
     rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())["rows"]
     assert len(rows) == 2
 
@@ -199,14 +219,14 @@ def _strict_json(text: str) -> object:
 def test_simulate_json_prints_the_comparison_alone(workload_file: Path, tmp_path: Path):
     out = tmp_path / "out"
     r = specon("simulate", str(workload_file), "--seeds", "2", "--policies",
-               "default,specon+flowcon,oracle", "--no-plots", "--json", "--out", str(out))
+               "default,progress,oracle", "--no-plots", "--json", "--out", str(out))
     assert r.returncode == 0, r.stderr
     data = _strict_json(r.stdout)  # stdout is the JSON and nothing else
     assert isinstance(data, dict)
     assert data["format"] == "specon-comparison/v1" and data["workload"] == "wl"
     assert data["seeds"] == [0, 1]
-    assert data["policies"] == ["default", "specon+flowcon", "oracle"]
-    avg = data["aggregate"]["specon+flowcon"]["avg_completion_s"]
+    assert data["policies"] == ["default", "progress", "oracle"]
+    avg = data["aggregate"]["progress"]["avg_completion_s"]
     assert set(avg) == {"mean", "ci95", "n", "vs_default_pct", "headroom_pct"}
     assert avg["n"] == 2 and avg["mean"] > 0 and avg["ci95"] >= 0
     assert set(avg["vs_default_pct"]) == {"mean", "ci95", "n"}
@@ -221,13 +241,13 @@ def test_simulate_json_prints_the_comparison_alone(workload_file: Path, tmp_path
 
 
 def test_sweep_json(workload_file: Path, tmp_path: Path):
-    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "specon+flowcon",
+    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "progress",
                "--sweep", "alpha=0.05,0.2", "--json", "--out", str(tmp_path / "sw"))
     assert r.returncode == 0, r.stderr
     data = _strict_json(r.stdout)
     assert isinstance(data, dict) and data["format"] == "specon-sweep/v1"
     assert [row["alpha"] for row in data["rows"]] == [0.05, 0.2]
-    assert data["best"]["specon+flowcon"] in data["rows"]
+    assert data["best"]["progress"] in data["rows"]
 
 
 LINE = re.compile(r"\[simulate\] wl: seed [12]/2, policy [a-z+-]+ \(\d+/18 runs done, \d+ s\)")

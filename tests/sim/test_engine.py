@@ -31,8 +31,8 @@ def test_single_job_runs_at_profile_speed():
     assert res.jobs[0].completion_s == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("policy", ["default", "flowcon", "specon", "specon+flowcon", "las",
-                                    "slaq"])
+@pytest.mark.parametrize("policy", ["default", "flowcon", "progress-equal-share",
+                                    "progress", "las", "slaq"])
 def test_every_job_finishes_and_cpu_never_exceeds_the_worker(policy):
     wl, res = run(policy)
     assert all(j.finish_s is not None and j.finish_s >= j.submit_s for j in res.jobs)
@@ -46,8 +46,8 @@ def test_every_job_finishes_and_cpu_never_exceeds_the_worker(policy):
 
 
 def test_runs_are_deterministic():
-    _, a = run("specon+flowcon")
-    _, b = run("specon+flowcon")
+    _, a = run("progress")
+    _, b = run("progress")
     assert [j.finish_s for j in a.jobs] == [j.finish_s for j in b.jobs]
 
 
@@ -73,6 +73,6 @@ def test_flowcon_changes_shares_on_a_crowded_worker():
 def test_oracle_is_a_lower_reference_for_average_completion():
     wl = workload(jobs=20, workers=2, spacing=3.0)
     orc = simulate_oracle(wl).summary()["avg_completion_s"]
-    for p in ("default", "specon+flowcon", "las"):
+    for p in ("default", "progress", "las"):
         got = Simulator(wl, POLICIES[p]).run().summary()["avg_completion_s"]
         assert orc <= got + 1e-6, p

@@ -34,10 +34,10 @@ def test_target_met_counts_only_within_the_budget():
 def test_qos_policies_meet_more_than_default_and_the_research_system(experiment, policy,
                                                                     metric):
     exp = EXPERIMENTS[experiment]
-    mx = run_matrix(experiment, exp.build, ["default", "paper", "specon+flowcon", policy],
+    mx = run_matrix(experiment, exp.build, ["default", "paper", "progress", policy],
                     [0, 1, 2], SimConfig(record_timeline=False))
     mine = mx.metric(policy, metric).mean
     assert mine > mx.metric("default", metric).mean
     assert mine > mx.metric("paper", metric).mean
     # the shipped system, which serves the least work left first, meets more than default too
-    assert mx.metric("specon+flowcon", metric).mean > mx.metric("default", metric).mean
+    assert mx.metric("progress", metric).mean > mx.metric("default", metric).mean
