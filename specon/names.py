@@ -44,6 +44,9 @@ ANNOTATION_MIGRATED_AT = "specon.io/migrated-at"
 ANNOTATION_REBALANCED = "specon.io/rebalanced"
 #: On a bare replacement pod: the migration it belongs to.
 ANNOTATION_MIGRATION_ID = "specon.io/migration-id"
+#: On the Job (or a bare pod): the running mean of its measured move costs, in seconds
+#: (specon.core.move_cost); the planner charges its moves this instead of migration_cost_s.
+ANNOTATION_MOVE_COST = "specon.io/move-cost-s"
 #: Label ``"true"`` while a migration of the object is in flight (what a restart lists).
 LABEL_MIGRATING = "specon.io/migrating"
 #: The scheduling gate that holds a replacement until its source is gone.
@@ -66,7 +69,7 @@ ANNOTATIONS = (
     ANNOTATION_PROGRESS_FILE, ANNOTATION_CHECKPOINT_DIR, ANNOTATION_LOSS_REGEX,
     ANNOTATION_TARGET_LOSS, ANNOTATION_DEADLINE, ANNOTATION_STOP_AT_TARGET,
     ANNOTATION_TOTAL_STEPS, ANNOTATION_MIGRATION, ANNOTATION_MIGRATED, ANNOTATION_MIGRATED_AT,
-    ANNOTATION_REBALANCED, ANNOTATION_MIGRATION_ID,
+    ANNOTATION_REBALANCED, ANNOTATION_MIGRATION_ID, ANNOTATION_MOVE_COST,
 )
 GATES = (GATE_MIGRATION,)
 ENVIRONMENT = (ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_EVERY, ENV_PROGRESS_FILE)

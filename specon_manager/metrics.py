@@ -87,6 +87,23 @@ class ManagerMetrics:
             "specon_migration_duration_seconds",
             "From the choice of target to the replacement placed (completed migrations).",
             buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600), registry=r)
+        self.move_cost_seconds = Histogram(
+            "specon_move_cost_seconds",
+            "Measured cost of completed migrations: seconds from the checkpoint request to the "
+            "replacement's containers running (what the planner then charges the job).",
+            buckets=(5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200, 3600), registry=r)
+        self.move_gain_seconds = Histogram(
+            "specon_move_gain_seconds",
+            "Planned moves (progress policy) once their cost is measured: the predicted gain in "
+            "the sum of completion times, net of the cost charged (kind=predicted), and the same "
+            "prediction with the measured cost instead (kind=realised; docs/manager.md, "
+            "\"Move cost\"). Gains can be negative, so the library exposes no _sum: see "
+            "specon_move_gain_sum_seconds.", ["kind"],
+            buckets=(-600, -120, -30, 0, 30, 120, 300, 600, 1800, 3600, 7200), registry=r)
+        self.move_gain_sum = Gauge(
+            "specon_move_gain_sum_seconds",
+            "The sum of specon_move_gain_seconds' observations, by kind (divide by its _count "
+            "for the mean gain per measured move).", ["kind"], registry=r)
         self.checkpoint_wait_seconds = Histogram(
             "specon_migration_checkpoint_wait_seconds",
             "From the checkpoint request to the verified checkpoint.",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -37,6 +38,7 @@ from typing import Any
 
 from specon import names
 from specon.core.categorize import Category
+from specon.core.move_cost import format_cost, realised_gain, updated_cost
 from specon.core.policy import lookup
 from specon.core.qos_rules import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
@@ -67,12 +69,16 @@ A_MIGRATION = names.ANNOTATION_MIGRATION
 A_MIGRATED = names.ANNOTATION_MIGRATED
 A_MIGRATED_AT = names.ANNOTATION_MIGRATED_AT
 A_REBALANCED = names.ANNOTATION_REBALANCED
+A_MOVE_COST = names.ANNOTATION_MOVE_COST
 L_MIGRATING = names.LABEL_MIGRATING
 GATE = names.GATE_MIGRATION
 PHASES = ("reserved", "checkpointing", "evicting", "placing", "done", "cancelled")
 #: converged: Algorithm 4 on a request; rebalance: Algorithm 5; progress: the progress-aware
 #: policy's planned move (specon_manager/planner.py), which may move a job more than once.
 REASONS = ("converged", "rebalance", "progress")
+#: How long after a completed migration's replacement was bound its container may take to
+#: start (image pull included) and still give the move's measured cost; later, none is taken.
+MEASURE_WITHIN_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,13 @@ class Migration:
     deadline: float  # of the current phase
     replacement: str = ""  # a bare pod's replacement
     reserved: bool = True
+    #: When the job was asked to checkpoint (0: not yet, or a record from before this field):
+    #: the start of the stop that a completed move's measured cost counts.
+    requested: float = 0.0
+    #: A planned move's (reason progress) predicted gain in the sum of completion times, net of
+    #: the cost it was charged, and that cost (seconds; None: not planned by gain).
+    predicted_gain_s: float | None = None
+    charged_cost_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -115,11 +128,44 @@ class Migration:
     def from_record(cls, text: str) -> Migration | None:
         try:
             data = json.loads(text)
+            # Fields a newer release added are dropped, not refused (a rollback keeps them in
+            # flight); the numbers this release added are checked, the record being writable
+            # by whoever may edit the Job.
+            data = {k: v for k, v in data.items() if k in _FIELDS}
+            for key in _NUMBERS:
+                v = data.get(key)
+                if (v is None and key == "requested") or (v is not None and (
+                        isinstance(v, bool) or not isinstance(v, int | float)
+                        or not math.isfinite(v))):
+                    data.pop(key, None)
             m = cls(**data)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, AttributeError):
             return None
         kinds = {"pod"} | {k.lower() for k in OWNERS}
         return m if m.phase in PHASES and m.kind in kinds else None
+
+
+_FIELDS = frozenset(Migration.__dataclass_fields__)
+_NUMBERS = ("requested", "predicted_gain_s", "charged_cost_s")
+
+
+def started_at(pod: dict[str, Any]) -> float | None:
+    """When the pod's containers were all running (the latest ``state.running.startedAt``, the
+    node's clock), or None while one is not (or the pod is not Running)."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return None
+    times = []
+    for cs in status.get("containerStatuses") or ():
+        running = ((cs or {}).get("state") or {}).get("running") or {}
+        since = running.get("startedAt") if isinstance(running, dict) else None
+        if not since:
+            return None
+        try:
+            times.append(datetime.fromisoformat(str(since).replace("Z", "+00:00")).timestamp())
+        except ValueError:
+            return None
+    return max(times) if times else None
 
 
 #: Why a pod may not move now but may later (or is about to go): its worker asks again.
@@ -457,6 +503,10 @@ class MigrationController:
         self._lock = threading.RLock()
         self._ready = False
         self._stuck_reported: set[str] = set()  # migrations whose stuck source was reported
+        #: Completed migrations whose replacement has not started yet, by id: (the migration,
+        #: its replacement pod's name, when to give up); their cost is measured once it runs.
+        #: Kept in memory only: a restart in between loses that one measurement.
+        self._measuring: dict[str, tuple[Migration, str, float]] = {}
         #: Test hook: called with a phase name after the record of that phase is written.
         self.after_phase: Callable[[str], None] | None = None
 
@@ -514,15 +564,17 @@ class MigrationController:
         return self.start(pod, reason="converged")
 
     # -- starting ------------------------------------------------------------------------------
-    def qos_hold(self, pod: dict[str, Any]) -> str | None:
+    def qos_hold(self, pod: dict[str, Any], cost_s: float | None = None) -> str | None:
         """Why the job in ``pod`` must not move now (at risk, or less slack than a migration
-        costs), from its source node's latest fresh report; None when it may."""
+        costs: ``cost_s``, or ``migration_cost_s``), from its source node's latest fresh
+        report; None when it may."""
         md = meta(pod)
         source = (pod.get("spec") or {}).get("nodeName") or ""
         rep = self.state.job_on(source, md["namespace"], md["name"], md.get("uid", ""))
         if rep is None:
             return None
-        return migration_hold(rep.qos, rep.slack_s, self.settings.migration_cost_s)
+        return migration_hold(rep.qos, rep.slack_s, self.settings.migration_cost_s
+                              if cost_s is None else cost_s)
 
     def _job_of(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         return owner_of(self.kube, pod)
@@ -544,10 +596,13 @@ class MigrationController:
             self.kube.patch(pod_path(meta(pod)["namespace"], meta(pod)["name"]),
                             {"metadata": {"uid": meta(pod)["uid"], "annotations": values}})
 
-    def start(self, pod: dict[str, Any], reason: str = "converged", target: str | None = None) -> (
-        ReallocationReply
-    ):
-        """Start migrating ``pod`` (to ``target``, or where Algorithm 4 says)."""
+    def start(self, pod: dict[str, Any], reason: str = "converged", target: str | None = None,
+              predicted_gain_s: float | None = None, cost_s: float | None = None,
+              ) -> ReallocationReply:
+        """Start migrating ``pod`` (to ``target``, or where Algorithm 4 says). A planned move
+        gives its predicted gain and the cost it charged the job (``cost_s``, also the cost
+        its slack is held against): recorded, and compared with the measured cost at the
+        end."""
         with self._lock:
             md = meta(pod)
             ns, name = md["namespace"], md["name"]
@@ -576,7 +631,7 @@ class MigrationController:
                                          reason=why)
             if any(m.namespace == ns and m.pod == name for m in self._migrations.values()):
                 return ReallocationReply(decision="refused", reason="already migrating")
-            hold = self.qos_hold(pod)
+            hold = self.qos_hold(pod, cost_s)
             if hold is not None:
                 self.metrics.migrations_held.labels(reason).inc()
                 log.info("not moving %s/%s (%s): %s", ns, name, reason, hold)
@@ -631,15 +686,20 @@ class MigrationController:
                 owner=ref["name"] if job is not None and ref else "",
                 owner_uid=str(ref.get("uid", "")) if job is not None and ref else "",
                 reason=reason, phase="reserved", started=now,
-                deadline=now + self.settings.checkpoint_timeout_s)
+                deadline=now + self.settings.checkpoint_timeout_s,
+                predicted_gain_s=predicted_gain_s, charged_cost_s=cost_s)
             self._write_source(m)
             self._started.append(now)
             self._migrations[m.id] = m
             self.state.reserve(Reservation(m.key, m.id, target, source, pod=pod_key(ns, name)))
             self.metrics.migrations_started.labels(reason).inc()
             self.metrics.migrations_in_flight.set(len(self._migrations))
+            plan = "" if predicted_gain_s is None or cost_s is None else (
+                f"; predicted gain {predicted_gain_s:.0f} s net of a charged move cost of "
+                f"{cost_s:.0f} s")
             self._event(pod, "MigrationStarted",
-                        f"migration {m.id} ({reason}): {source} -> {target}; target reserved")
+                        f"migration {m.id} ({reason}): {source} -> {target}; target reserved"
+                        + plan)
             log.info("migration %s: %s/%s %s -> %s (%s)", m.id, ns, name, source, target, reason)
             self._hook("reserved")
             self._step(m)
@@ -682,6 +742,11 @@ class MigrationController:
                 except (KubeError, OSError) as exc:
                     self.metrics.reconcile_errors.inc()
                     log.warning("migration %s (%s): %s; retrying", m.id, m.phase, exc)
+            for mid in list(self._measuring):
+                try:
+                    self._measure(mid)
+                except (KubeError, OSError) as exc:
+                    log.warning("migration %s: cost not measured yet: %s", mid, exc)
             self.metrics.migrations_in_flight.set(len(self._migrations))
 
     def _set(self, m: Migration, **changes: Any) -> Migration:
@@ -694,7 +759,7 @@ class MigrationController:
         if m.phase == "reserved":
             self.state.request_checkpoint(m.source, CheckpointRequest(
                 namespace=m.namespace, pod=m.pod, uid=m.pod_uid, id=m.id))
-            m = self._set(m, phase="checkpointing",
+            m = self._set(m, phase="checkpointing", requested=now,
                           deadline=now + self.settings.checkpoint_timeout_s)
             self._write_source(m)
             self._event(self._pod_ref(m), "CheckpointRequested",
@@ -786,7 +851,7 @@ class MigrationController:
                                          "created")
         md = meta(src)
         ann = {k: v for k, v in (md.get("annotations") or {}).items()
-               if not k.startswith("specon.io/")}
+               if not k.startswith("specon.io/") or k == A_MOVE_COST}
         ann.update({A_MIGRATION: m.record(), ANNOTATION_MIGRATION_ID: m.id, marker: m.id,
                     A_MIGRATED_AT: f"{now:.3f}"})
         spec = pinned(src["spec"], m.target)
@@ -966,15 +1031,69 @@ class MigrationController:
         self.metrics.migrations.labels(result).inc()
         if result == "completed":
             self.metrics.migration_seconds.observe(max(0.0, self.clock() - m.started))
+        if placed is not None:
+            # The job's stop ends when its replacement runs: measured by the next passes.
+            self._measuring[m.id] = (m, meta(placed)["name"], self.clock() + MEASURE_WITHIN_S)
         target = placed if placed is not None else self._pod_ref(m)
         reason = ("MigrationCompleted" if placed else
                   "MigrationInterrupted" if result == "suspended" else "MigrationFailed")
+        plan = "" if m.predicted_gain_s is None or m.charged_cost_s is None else (
+            f" (predicted gain {m.predicted_gain_s:.0f} s, charged cost "
+            f"{m.charged_cost_s:.0f} s; the measured cost follows in MigrationCostMeasured)")
         self._event(target, reason,
                     f"migration {m.id}: replacement {meta(target)['name']} placed on {node}"
-                    if placed else f"migration {m.id}: {problem}",
+                    + plan if placed else f"migration {m.id}: {problem}",
                     warning=reason == "MigrationFailed")
         log.info("migration %s %s (%s)", m.id, result, node or problem)
         self.metrics.migrations_in_flight.set(len(self._migrations))
+
+    def _measure(self, mid: str) -> None:
+        """The cost of completed migration ``mid``, once its replacement runs: the seconds from
+        the checkpoint request to the replacement's containers started (node clock, bounded
+        by the manager's: never before the request, never after now). Written on the job's
+        object as its running mean (``specon.io/move-cost-s``, what the planner charges its
+        next move), observed in ``specon_move_cost_seconds`` and, for a planned move, set
+        against its prediction (``specon_move_gain_seconds``, event MigrationCostMeasured)."""
+        m, name, until = self._measuring[mid]
+        now = self.clock()
+        pod = self.kube.get(pod_path(m.namespace, name))
+        running = None if pod is None else started_at(pod)
+        if pod is None or running is None:
+            ended = pod is None or bool(meta(pod).get("deletionTimestamp")) or (
+                pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            if ended or now > until:
+                del self._measuring[mid]
+                log.info("migration %s: no cost measured (its replacement %s)", mid,
+                         "ended before it ran" if ended else "has not started in "
+                         f"{MEASURE_WITHIN_S:.0f} s")
+            return
+        del self._measuring[mid]
+        begin = m.requested or m.started
+        cost = min(max(running, begin), now) - begin
+        holder = m.owner_path() if m.owned else pod_path(m.namespace, name)
+        uid = m.owner_uid if m.owned else meta(pod).get("uid")
+        obj = self.kube.get(holder)
+        if obj is not None and meta(obj).get("uid") == uid:
+            mean = updated_cost(annotations_of(obj).get(A_MOVE_COST), cost)
+            try:
+                self.kube.patch(holder, {"metadata": {"uid": uid, "annotations": {
+                    A_MOVE_COST: format_cost(mean)}}})
+            except KubeError as exc:
+                if exc.status not in (404, 409):
+                    raise
+        self.metrics.move_cost_seconds.observe(cost)
+        text = (f"migration {m.id}: the job was stopped {cost:.0f} s (from the checkpoint "
+                f"request to its replacement {name} running)")
+        if m.predicted_gain_s is not None and m.charged_cost_s is not None:
+            real = realised_gain(m.predicted_gain_s, m.charged_cost_s, cost)
+            for kind, gain in (("predicted", m.predicted_gain_s), ("realised", real)):
+                self.metrics.move_gain_seconds.labels(kind).observe(gain)
+                self.metrics.move_gain_sum.labels(kind).inc(gain)
+            text += (f"; charged {m.charged_cost_s:.0f} s, predicted gain "
+                     f"{m.predicted_gain_s:.0f} s, realised gain {real:.0f} s (the prediction "
+                     "with the measured cost)")
+        self._event(pod, "MigrationCostMeasured", text)
+        log.info("migration %s: move cost %.1f s", m.id, cost)
 
     def _cancel(self, m: Migration, why: str) -> None:
         self.state.withdraw_checkpoint(m.source, m.namespace, m.pod)

@@ -1,7 +1,9 @@
 """The progress-aware policy's moves on a period (specon.core.progress.plan_moves, the
 simulator's rule): the move that most reduces the predicted sum of completion times of its
-source and target, net of what a move costs (``migration_cost_s``), is started through the
-migration controller (so every safety rule and cap applies) when that net gain is positive.
+source and target, net of what a move costs the job, is started through the migration
+controller (so every safety rule and cap applies) when that net gain is positive. A job's
+move costs what its earlier moves were measured to cost (``specon.io/move-cost-s`` on its Job
+or bare pod, specon.core.move_cost.job_cost), or ``migration_cost_s`` until one is measured.
 This replaces Algorithm 4's requests and Algorithm 5's rounds under that policy."""
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from specon.core.move_cost import job_cost
 from specon.core.progress import PlannedMove, plan_moves
 from specon.core.qos_rules import migration_hold
 from specon.wire import LABEL_MIGRATABLE
-from specon_manager.kube import Kube, controller_ref, meta
+from specon_manager.kube import Kube, annotations_of, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics
-from specon_manager.migration import MigrationController, parent_of, why_not_movable
+from specon_manager.migration import A_MOVE_COST, MigrationController, parent_of, why_not_movable
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState, pod_key
 
@@ -45,6 +48,7 @@ class MovePlanner:
             jobs = {f"{meta(j)['namespace']}/{meta(j)['name']}": j
                     for j in self.kube.list("/apis/batch/v1/jobs")}
         movable = set()
+        cost: dict[str, float] = {}
         for node, rep in self.state.jobs():
             key = pod_key(rep.namespace, rep.pod)
             pod = pods.get(key)
@@ -52,17 +56,21 @@ class MovePlanner:
                 continue
             ref = controller_ref(pod)
             job = jobs.get(f"{rep.namespace}/{ref.get('name')}") if ref else None
+            # Its own measured cost (on the object that outlives its pods), else the default.
+            own = job_cost(annotations_of((job or {}) if ref else pod).get(A_MOVE_COST),
+                           self.settings.migration_cost_s)
             if why_not_movable(pod, job, REASON, parent=parent_of(self.controller.kube, job)
-                               ) is None and not migration_hold(
-                    rep.qos, rep.slack_s, self.settings.migration_cost_s):
+                               ) is None and not migration_hold(rep.qos, rep.slack_s, own):
                 movable.add(key)
+                cost[key] = own
         busy = frozenset(self.controller.busy_nodes())
-        cost = dict.fromkeys(movable, self.settings.migration_cost_s)
         started = []
         for mv in plan_moves(nodes, cost, frozenset(movable), busy, self.state.weights):
-            reply = self.controller.start(pods[mv.job], reason=REASON, target=mv.target)
-            log.info("move %s: %s -> %s (predicted gain %.0f s): %s %s", mv.job, mv.source,
-                     mv.target, mv.gain_s, reply.decision, reply.reason)
+            reply = self.controller.start(pods[mv.job], reason=REASON, target=mv.target,
+                                          predicted_gain_s=mv.gain_s, cost_s=cost[mv.job])
+            log.info("move %s: %s -> %s (predicted gain %.0f s, charged %.0f s): %s %s",
+                     mv.job, mv.source, mv.target, mv.gain_s, cost[mv.job], reply.decision,
+                     reply.reason)
             if reply.decision == "migrate":
                 started.append(mv)
         return started

@@ -144,7 +144,9 @@ class ManagerSettings(BaseSettings):
     reconcile_period_s: Positive = 2.0
     #: What a migration is expected to cost a job (checkpoint, eviction, placement, restore),
     #: in seconds: a job whose reported slack is smaller is not moved (docs/manager.md, QoS).
-    #: ``specon_migration_duration_seconds`` shows what the moves here took, without restore.
+    #: The progress policy's planner charges it only until a move of the job has been
+    #: measured, then the job's own cost (``specon.io/move-cost-s``; docs/manager.md, "Move
+    #: cost"); ``specon_move_cost_seconds`` shows what the moves here cost.
     migration_cost_s: Positive = 120.0
     #: Move pods of single-replica ReplicaSets (Deployments) too. A ReplicaSet creates the new
     #: pod as soon as the old one terminates; only the extender's hold keeps it from running
