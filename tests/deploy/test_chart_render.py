@@ -160,7 +160,8 @@ def test_agent_gets_exactly_its_actuators_host_access(
                                              "agent.cgroup.kubepodsPath": "kubepods"}))
         assert host_access(objs) == {**STATE, "/sys/fs/cgroup/cpu/kubepods": False,
                                      "/sys/fs/cgroup/cpuacct/kubepods": True}
-        assert env["SPECON_AGENT_ORIGINALS_FILE"] == "/var/lib/specon-agent/originals-$(NODE_NAME).json"
+        assert env["SPECON_AGENT_ORIGINALS_FILE"] == (
+            "/var/lib/specon-agent/originals-$(NODE_NAME).json")
         objs = docs(render(plane_bin, home, {"agent.stateHostPath": ""}))
         assert "/var/lib/specon-agent" not in host_access(objs)
         assert "SPECON_AGENT_ORIGINALS_FILE" not in env_of(
