@@ -67,15 +67,21 @@ def release(plane: Plane, ns: str, pod: str) -> None:
 
 
 def second_migration_starts(plane: Plane, api: Api, ns: str, tag: str, node: str,
-                            agents: dict[str, AgentStandIn], tmp_path: Path) -> dict[str, Any]:
-    """The source node takes part in a new migration: it was released."""
+                            agents: dict[str, AgentStandIn], tmp_path: Path,
+                            manager: ManagerProcess) -> dict[str, Any]:
+    """The source node takes part in a new migration: it was released. That one is ended by
+    deleting its pod too (no record left in flight for the next test's manager)."""
     apply(plane, ns, train_pod("again", tag, node=node))
     wait_for("again running", lambda: running_on(api, ns, "again"))
     job = JobStandIn(tmp_path / "ckpt-again", "again")
     start_job(api, ns, agents, job, "again")
     job.run_steps(2)
     beat_all(agents)
-    return agents[node].reallocate(ns, "again")
+    reply = agents[node].reallocate(ns, "again")
+    plane.kubectl("delete", "-n", ns, "pod", "again", "--wait=false")
+    wait_for("its migration cancelled",
+             lambda: "cancelled: the pod again " in manager.log.read_text())
+    return reply
 
 
 def test_a_bare_pod_deleted_while_its_migration_waits_for_the_checkpoint_never_comes_back(
@@ -124,7 +130,8 @@ def test_a_bare_pod_deleted_while_its_migration_waits_for_the_checkpoint_never_c
         time.sleep(0.3)  # a reconcile pass or two
     assert job.starts == 1
     assert cancelled_count(manager) == 1
-    again = second_migration_starts(plane, api, ns, tag, mnodes[3], agents, tmp_path)
+    again = second_migration_starts(plane, api, ns, tag, mnodes[3], agents, tmp_path,
+                                    manager)
     assert again["decision"] == "migrate", again
 
 
@@ -177,7 +184,8 @@ def test_a_job_deleted_after_its_pod_saved_ends_the_migration_at_once(
         assert api.job(ns, "dj") is None  # nothing recreated
     finally:
         release(plane, ns, name)
-    again = second_migration_starts(plane, api, ns, tag, mnodes[3], agents, tmp_path)
+    again = second_migration_starts(plane, api, ns, tag, mnodes[3], agents, tmp_path,
+                                    manager)
     assert again["decision"] == "migrate", again
 
 
