@@ -7,7 +7,9 @@ the gated replacement pod (bare pods). A restarted manager lists those records a
 rolls back each migration in flight. Phases::
 
     reserved -> checkpointing -> evicting -> placing -> done
-                     \\-> cancelled (timeout, pod ended, eviction refused): the job stays.
+                     \\-> cancelled (timeout, pod ended, eviction refused, target unfit): the
+                         job stays; or cancelled because its user deleted it (its pod, its
+                         owner, its replacement; in any phase): nothing is recreated.
 
 Safety rules: only Running pods labelled ``specon.io/migratable=true``, either bare or owned by
 an owner that never starts a second pod while the first one terminates and that the eviction
