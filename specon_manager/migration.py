@@ -813,13 +813,15 @@ class MigrationController:
         pod = self.kube.get(pod_path(m.namespace, m.pod))
         going = pod is None or meta(pod).get("uid") != m.pod_uid or bool(
             meta(pod).get("deletionTimestamp"))
-        if not (going and m.id in self._evictions_sent):
-            # Nothing evicted yet: a user's delete, an unfit target or the phase's deadline
-            # ends the move here, with what this phase recorded undone (issue 32).
-            deleted = self._why_deleted(m, pod)
-            if deleted is not None:
-                self._cancel_deleted(m, deleted)
-                return
+        # A source going after this run sent its eviction (the answer lost) is its doing.
+        ours = going and m.id in self._evictions_sent
+        deleted = self._why_deleted(m, pod, pod_too=not ours)
+        if deleted is not None:
+            self._cancel_deleted(m, deleted)
+            return
+        if not ours:
+            # Nothing evicted yet: an unfit target or the phase's deadline ends the move here,
+            # with what this phase recorded undone (issue 32).
             assert pod is not None
             why = self._target_unfit(m, pod) or (
                 f"not evicted within {self.settings.placement_timeout_s:.0f} s"

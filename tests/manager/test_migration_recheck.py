@@ -125,3 +125,30 @@ def test_a_replacement_its_user_deleted_ends_the_migration_cancelled_and_is_not_
     assert not any(op == "create" for op, _ in kube.writes)
     assert metrics.migrations.labels("cancelled")._value.get() == 1
     assert metrics.migrations.labels("failed")._value.get() == 0
+
+
+def test_a_source_going_after_an_eviction_whose_answer_was_lost_is_not_taken_for_a_delete(
+) -> None:
+    """The eviction went through but its answer was lost (a timeout): the next pass sees the
+    source terminating, which is this manager's doing, and goes on to placing."""
+
+    class Lossy(Kube):
+        def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            md = self.objs[pod_path(NS, "p")]["metadata"]
+            if path.endswith("/eviction") and not md.get("deletionTimestamp"):
+                md["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                raise OSError("timed out")
+            return super().create(path, body)
+
+    kube = Lossy((pod_path(NS, "p"), source_pod()), ("/api/v1/nodes/w2", node("w2", pool="a")))
+    ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
+                              ManagerSettings(kubernetes=False), ManagerMetrics(),
+                              clock=lambda: 1000.0)
+    m = evicting()
+    ctl._migrations[m.id] = m
+    ctl.reconcile()  # the eviction's answer is lost: retried
+    assert [x.phase for x in ctl.in_flight()] == ["evicting"]
+    ctl.reconcile()
+    assert [x.phase for x in ctl.in_flight()] == ["placing"]
+    assert ("delete", pod_path(NS, "p-mabcdef")) not in kube.writes  # the replacement kept
+    assert not [e for e in kube.events if e.startswith("MigrationCancelled")]
