@@ -7,7 +7,9 @@ the gated replacement pod (bare pods). A restarted manager lists those records a
 rolls back each migration in flight. Phases::
 
     reserved -> checkpointing -> evicting -> placing -> done
-                     \\-> cancelled (timeout, pod ended, eviction refused): the job stays.
+                     \\-> cancelled (timeout, pod ended, eviction refused, target unfit): the
+                         job stays; or cancelled because its user deleted it (its pod, its
+                         owner, its replacement; in any phase): nothing is recreated.
 
 Safety rules: only Running pods labelled ``specon.io/migratable=true``, either bare or owned by
 an owner that never starts a second pod while the first one terminates and that the eviction
@@ -507,6 +509,9 @@ class MigrationController:
         #: its replacement pod's name, when to give up); their cost is measured once it runs.
         #: Kept in memory only: a restart in between loses that one measurement.
         self._measuring: dict[str, tuple[Migration, str, float]] = {}
+        #: Migrations whose eviction was sent in this run but whose answer was not seen (an
+        #: error): a terminating source is then this manager's doing, not its user's.
+        self._evictions_sent: set[str] = set()
         #: Test hook: called with a phase name after the record of that phase is written.
         self.after_phase: Callable[[str], None] | None = None
 
@@ -767,8 +772,14 @@ class MigrationController:
             self._hook("checkpointing")
         if m.phase == "checkpointing":
             pod = self.kube.get(pod_path(m.namespace, m.pod))
-            if (pod is None or meta(pod).get("uid") != m.pod_uid
-                    or (pod.get("status") or {}).get("phase") != "Running"):
+            # A terminating pod still reads Running, and its job's shutdown save answers the
+            # pending request: a user's delete must end the move here (issue 32).
+            deleted = self._why_deleted(m, pod)
+            if deleted is not None:
+                self._cancel_deleted(m, deleted)
+                return
+            assert pod is not None
+            if (pod.get("status") or {}).get("phase") != "Running":
                 self._cancel(m, "the pod ended before its checkpoint was verified")
                 return
             # Only the source node's agent can read the job's saved.json; a report from any
@@ -782,7 +793,8 @@ class MigrationController:
                 self._event(pod, "CheckpointVerified",
                             f"migration {m.id}: checkpoint {ck.name} (step {ck.step}, sha256 "
                             f"{ck.sha256[:12]}) verified")
-                m = self._set(m, phase="evicting")
+                m = self._set(m, phase="evicting",
+                              deadline=now + self.settings.placement_timeout_s)
                 self._write_source(m)
                 self._hook("evicting")
             elif now > m.deadline:
@@ -798,6 +810,26 @@ class MigrationController:
             self._place(m, now)
 
     def _evict(self, m: Migration, now: float) -> None:
+        pod = self.kube.get(pod_path(m.namespace, m.pod))
+        going = pod is None or meta(pod).get("uid") != m.pod_uid or bool(
+            meta(pod).get("deletionTimestamp"))
+        # A source going after this run sent its eviction (the answer lost) is its doing.
+        ours = going and m.id in self._evictions_sent
+        deleted = self._why_deleted(m, pod, pod_too=not ours)
+        if deleted is not None:
+            self._cancel_deleted(m, deleted)
+            return
+        if not ours:
+            # Nothing evicted yet: an unfit target or the phase's deadline ends the move here,
+            # with what this phase recorded undone (issue 32).
+            assert pod is not None
+            why = self._target_unfit(m, pod) or (
+                f"not evicted within {self.settings.placement_timeout_s:.0f} s"
+                if now > m.deadline else None)
+            if why is not None:
+                self._undo_evicting(m)
+                self._cancel(m, why)
+                return
         placing = replace(m, phase="placing", deadline=now + self.settings.placement_timeout_s)
         marker = A_REBALANCED if m.reason == "rebalance" else A_MIGRATED
         # The record that outlives the pod comes first.
@@ -810,7 +842,10 @@ class MigrationController:
             placing = replace(placing, replacement=self._replacement_name(m))
             self._create_replacement(placing, marker, now)
         self._hook("evicting-recorded")
-        if not self._request_eviction(m, placing):
+        self._evictions_sent.add(m.id)
+        evicted = self._request_eviction(m, placing)
+        self._evictions_sent.discard(m.id)
+        if not evicted:
             return
         self._set(placing)
         self._hook("placing")
@@ -911,11 +946,23 @@ class MigrationController:
             self.kube.delete(pod_path(m.namespace, m.replacement))
 
     def _place(self, m: Migration, now: float) -> None:
+        if m.owned:
+            # Its owner deleted: whatever pod it made goes with it; nothing is recreated.
+            deleted = self._why_deleted(m, None, pod_too=False)
+            if deleted is not None:
+                self._cancel_deleted(m, deleted)
+                return
         src = self.kube.get(pod_path(m.namespace, m.pod))
         if src is not None and meta(src).get("uid") == m.pod_uid:
             if not meta(src).get("deletionTimestamp"):
                 # Recorded as placing, but the eviction was never sent (the manager stopped in
-                # between): send it now. The checkpoint was verified before the record.
+                # between): send it now, to a target still fit. The checkpoint was verified
+                # before the record.
+                unfit = self._target_unfit(m, src) if m.reserved else None
+                if unfit is not None:
+                    self._undo_evicting(m)
+                    self._cancel(m, unfit)
+                    return
                 self._request_eviction(m, m)
             else:
                 self._source_stuck(m, src, now)
@@ -940,7 +987,7 @@ class MigrationController:
             return
         if m.reserved and now > m.deadline:
             # The target cannot take it: let the scheduler place it anywhere (never lost).
-            lifted = self._set(m, reserved=False)
+            lifted = self._set(m, reserved=False, deadline=now + self.settings.placement_timeout_s)
             self.kube.patch(m.owner_path(), {"metadata": {
                 "uid": m.owner_uid, "annotations": {A_MIGRATION: lifted.record()}}})
             self.state.release(m.key)
@@ -949,6 +996,13 @@ class MigrationController:
                         f"migration {m.id}: not placed on {m.target} within "
                         f"{self.settings.placement_timeout_s:.0f} s; placing it anywhere",
                         warning=True)
+        elif not m.reserved and now > m.deadline:
+            self._finish(m, None, self._unplaced(), result="failed")
+
+    def _unplaced(self) -> str:
+        return (f"the new pod was not placed within {self.settings.placement_timeout_s:.0f} s "
+                "of the reservation's lifting either; it stays pending and the scheduler "
+                "places it wherever a node fits (the migration ends here)")
 
     def _source_stuck(self, m: Migration, src: dict[str, Any], now: float) -> None:
         """The evicted source is still terminating: the replacement waits for it, so that the
@@ -998,10 +1052,12 @@ class MigrationController:
                     "resourceVersion": meta(old).get("resourceVersion")}})
                 return
         rep = self.kube.get(pod_path(m.namespace, m.replacement))
-        if rep is None:
-            self._finish(m, None, "the replacement pod was deleted")
+        if rep is None or meta(rep).get("deletionTimestamp"):
+            # Its user deleted the job where it now is: it is not made again.
+            self._cancel_deleted(m, f"its replacement pod {m.replacement} was deleted")
             return
-        if (rep.get("spec") or {}).get("schedulingGates"):
+        gated = bool((rep.get("spec") or {}).get("schedulingGates"))
+        if gated:
             self.kube.patch(pod_path(m.namespace, m.replacement),
                             {"spec": {"schedulingGates": None}})
             self._hook("ungated")
@@ -1009,6 +1065,8 @@ class MigrationController:
             self._finish(m, rep, "")
         elif m.reserved and now > m.deadline:
             self._lift_bare(m, rep, now)
+        elif not m.reserved and not gated and now > m.deadline:
+            self._finish(m, None, self._unplaced(), result="failed")
 
     def _finish(self, m: Migration, placed: dict[str, Any] | None, problem: str,
                 result: str = "") -> None:
@@ -1117,6 +1175,100 @@ class MigrationController:
                     f"migration {m.id}: {why}; the job keeps running on {m.source}",
                     warning=True)
         log.info("migration %s cancelled: %s", m.id, why)
+        self.metrics.migrations_in_flight.set(len(self._migrations))
+
+    # -- a user's delete, an unfit target (issue 32) ---------------------------------------------
+    def _why_deleted(self, m: Migration, pod: dict[str, Any] | None,
+                     pod_too: bool = True) -> str | None:
+        """Why ``m``'s job was deleted by its user (its owner deleted, being deleted or
+        replaced by a namesake; with ``pod_too``, its source pod ``pod``, as just read, gone
+        or terminating: asked only before the eviction), or None."""
+        if m.owned:
+            owner = self.kube.get(m.owner_path())
+            if owner is None or meta(owner).get("uid") != m.owner_uid:
+                return f"its {m.owner_kind} {m.owner} was deleted"
+            if meta(owner).get("deletionTimestamp"):
+                return f"its {m.owner_kind} {m.owner} is being deleted"
+        if not pod_too:
+            return None
+        if pod is None or meta(pod).get("uid") != m.pod_uid:
+            return f"the pod {m.pod} was deleted"
+        if meta(pod).get("deletionTimestamp"):
+            return f"the pod {m.pod} is being deleted"
+        return None
+
+    def _target_unfit(self, m: Migration, pod: dict[str, Any]) -> str | None:
+        """Why the reserved target can no longer take the job (gone, NotReady, cordoned, or
+        no longer allowed by the pod's nodeSelector and required node affinity: :func:`fits`,
+        as at the start), or None. Asked before the eviction: a move to an unfit target would
+        leave the job down until the placement timeout."""
+        node = self.kube.get(f"/api/v1/nodes/{m.target}")
+        if node is None:
+            return f"the target {m.target} is gone"
+        if (node.get("spec") or {}).get("unschedulable"):
+            return f"the target {m.target} was cordoned"
+        state = _node_state(node)
+        if state.startswith("NotReady"):
+            return f"the target {m.target} is {state}"
+        if not fits(pod.get("spec") or {}, node):
+            return (f"the pod no longer fits the target {m.target} (its nodeSelector or "
+                    "required node affinity)")
+        return None
+
+    def _undo_evicting(self, m: Migration) -> None:
+        """Undo what the evicting phase may have recorded before its eviction (the owner's
+        record, or a bare pod's gated replacement, which never ran)."""
+        try:
+            self._undo_record(replace(m, replacement=m.replacement or self._replacement_name(m)))
+        except KubeError as exc:
+            if exc.status not in (404, 409, 422):
+                raise
+
+    def _cancel_deleted(self, m: Migration, why: str) -> None:
+        """End ``m`` as cancelled because its user deleted the job mid-move (its pod, its owner
+        or its replacement): nothing is recreated (a bare pod's replacement that never ran is
+        deleted), whatever survives keeps the record as cancelled and no longer reads as in
+        flight (a restart does not resume it), and the reservation and both nodes are free."""
+        ended = {"labels": {L_MIGRATING: None},
+                 "annotations": {A_MIGRATION: replace(m, phase="cancelled").record()}}
+        survivors: list[tuple[dict[str, Any], str]] = []
+
+        def keep(path: str, uid: str, kind: str) -> None:
+            try:
+                survivors.append((self.kube.patch(path, {"metadata": {"uid": uid, **ended}}),
+                                  kind))
+            except KubeError as exc:
+                if exc.status not in (404, 409, 422):
+                    raise
+
+        keep(pod_path(m.namespace, m.pod), m.pod_uid, "Pod")
+        if m.owned:
+            keep(m.owner_path(), m.owner_uid, m.owner_kind)
+        else:
+            pinned_name = self._replacement_name(m)
+            for name in (pinned_name, pinned_name + "-u"):
+                rep = self.kube.get(pod_path(m.namespace, name))
+                if rep is None:
+                    continue
+                md = meta(rep)
+                if md.get("deletionTimestamp") or (rep.get("spec") or {}).get("nodeName"):
+                    keep(pod_path(m.namespace, name), str(md.get("uid")), "Pod")
+                else:
+                    # Gated or not yet placed: it never ran, and goes with the job (409 if it
+                    # was bound meanwhile: the next pass looks again).
+                    self.kube.delete(pod_path(m.namespace, name), {"preconditions": {
+                        "uid": md.get("uid"), "resourceVersion": md.get("resourceVersion")}})
+        self.state.withdraw_checkpoint(m.source, m.namespace, m.pod)
+        self.state.release(m.key)
+        self._migrations.pop(m.id, None)
+        self._stuck_reported.discard(m.id)
+        self._evictions_sent.discard(m.id)
+        self.metrics.migrations.labels("cancelled").inc()
+        if survivors:
+            obj, kind = survivors[0]
+            self._event(obj, "MigrationCancelled",
+                        f"migration {m.id}: {why}; nothing is recreated", kind=kind)
+        log.info("migration %s cancelled: %s; nothing is recreated", m.id, why)
         self.metrics.migrations_in_flight.set(len(self._migrations))
 
     # -- restart -------------------------------------------------------------------------------

@@ -131,7 +131,9 @@ class ManagerSettings(BaseSettings):
     #: How long a job has to write and verify its checkpoint before the migration is cancelled.
     checkpoint_timeout_s: Positive = 180.0
     #: How long the replacement may take to be placed on the reserved target before the
-    #: reservation is lifted (the job is then scheduled anywhere: never lost).
+    #: reservation is lifted (the job is then scheduled anywhere: never lost); as long again
+    #: after that before the migration ends as failed (its pod left pending for the
+    #: scheduler). Also the evicting phase's bound: not evicted by then, the move is cancelled.
     placement_timeout_s: Positive = 300.0
     #: How long after its grace period an evicted source pod may still be terminating before
     #: the manager reports it (event MigrationSourceStuck, with the way out); the replacement

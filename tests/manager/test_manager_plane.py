@@ -743,9 +743,13 @@ def test_a_replacement_the_target_cannot_take_is_placed_elsewhere_never_lost(
     beat_all(agents)
     reply = agents[mnodes[3]].reallocate(ns, "train-c")
     assert reply["decision"] == "migrate" and reply["target"] == mnodes[1], reply
-    # the chosen target stops taking pods before the replacement is placed (nothing moves
-    # until the next heartbeat carries the checkpoint request)
-    plane.kubectl("cordon", mnodes[1])
+    # the chosen target stops taking this pod before the replacement is placed (nothing moves
+    # until the next heartbeat carries the checkpoint request). A taint the pod does not
+    # tolerate: the manager re-checks that the target exists, is Ready, uncordoned and fits
+    # the pod before it evicts (a cordon cancels the move then), but taints are the
+    # scheduler's to judge.
+    taint = "specon.test/full=true:NoSchedule"
+    plane.kubectl("taint", "node", mnodes[1], taint)
     try:
         if kill:
             assert drive(api, ns, agents, [job], lambda _: False,
@@ -757,7 +761,7 @@ def test_a_replacement_the_target_cannot_take_is_placed_elsewhere_never_lost(
             crowded_source(plane, mnodes, ns, agents)
         drive(api, ns, agents, [job], lambda _: job.starts > 1)
     finally:
-        plane.kubectl("uncordon", mnodes[1])
+        plane.kubectl("taint", "node", mnodes[1], taint + "-")
     assert job.node not in (mnodes[1], mnodes[3])
     assert_resumed_exactly(job)
     wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))

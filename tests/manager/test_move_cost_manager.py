@@ -40,6 +40,11 @@ class FakeKube:
 
     def get(self, path: str) -> dict[str, Any] | None:
         obj = self.objs.get(path)
+        if obj is None and path.startswith("/api/v1/nodes/"):
+            # Every node is there, Ready and schedulable: the controller looks at the target
+            # again before it evicts (issue 32).
+            return {"metadata": {"name": path.rsplit("/", 1)[1], "labels": {}}, "spec": {},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
         return copy.deepcopy(obj) if obj is not None else None
 
     def list(self, path: str, **params: str) -> list[dict[str, Any]]:
