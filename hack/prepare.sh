@@ -58,7 +58,8 @@ go_builds() {
   # Sequential and niced: on two cores parallel Go builds only fight over the same CPU.
   nice -n 19 bash "$ROOT/hack/testplane/build.sh" >/dev/null &&
     nice -n 19 bash "$ROOT/hack/ecosystem/kueue/build.sh" >/dev/null &&
-    nice -n 19 bash "$ROOT/hack/ecosystem/kubeflow/build.sh" >/dev/null
+    nice -n 19 bash "$ROOT/hack/ecosystem/kubeflow/build.sh" >/dev/null &&
+    nice -n 19 bash "$ROOT/hack/kube-score/build.sh" >/dev/null
 }
 
 if [ "${SPECON_SKIP_PLANE:-0}" = 1 ] && [ "${CI:-}" != true ]; then

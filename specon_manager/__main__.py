@@ -31,20 +31,34 @@ class _Server(uvicorn.Server):
 def configs(app: Any, settings: ManagerSettings) -> list[uvicorn.Config]:
     """The listeners: the main port (agents, /metrics, /status; TLS when a certificate is
     set) and, with ``extender_port``, the extender's own (which demands the scheduler's client
-    certificate when ``extender_client_ca_file`` is set)."""
+    certificate when ``extender_client_ca_file`` is set, and with ``extender_client_names``
+    only one of those names: :mod:`specon_manager.peer`)."""
     cert = str(settings.tls_cert_file) if settings.tls_cert_file is not None else None
     key = str(settings.tls_key_file) if settings.tls_key_file is not None else None
 
     def listener(port: int, client_ca: str | None = None) -> uvicorn.Config:
+        http: Any = "auto"
+        if client_ca is not None and settings.extender_client_names:
+            from uvicorn.config import HTTP_PROTOCOLS
+            from uvicorn.importer import import_from_string
+
+            from specon_manager.peer import name_checked
+
+            http = name_checked(import_from_string(HTTP_PROTOCOLS["auto"]),
+                                settings.extender_client_names, port)
         return uvicorn.Config(
             app, host=settings.host, port=port, log_level=settings.log_level,
             access_log=False, lifespan="off", ssl_certfile=cert, ssl_keyfile=key,
-            ssl_ca_certs=client_ca,
+            ssl_ca_certs=client_ca, http=http,
             ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca is not None else ssl.CERT_NONE)
 
     out = [listener(settings.port)]
     if settings.extender_port:
         ca = settings.extender_client_ca_file
+        if ca is not None and not settings.extender_client_names:
+            logging.getLogger("specon_manager").warning(
+                "extender_client_names is empty: the extender port accepts any client "
+                "certificate %s signed, not only the scheduler's", ca)
         out.append(listener(settings.extender_port, str(ca) if ca is not None else None))
     return out
 

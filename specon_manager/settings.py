@@ -58,6 +58,12 @@ class ManagerSettings(BaseSettings):
     #: extender port then completes a TLS handshake only with a client that presents a
     #: certificate it signed (the scheduler's extender ``tlsConfig``).
     extender_client_ca_file: Path | None = None
+    #: With ``extender_client_ca_file``: the names (subject CN or a DNS subjectAltName) a
+    #: client certificate must carry on the extender port; a certificate the CA signed for any
+    #: other name (the manager's own serving certificate) has its connection closed after the
+    #: handshake, with a warning (specon_manager/peer.py). The chart sets the scheduler's
+    #: name. Empty: any certificate the CA signed (warned at start).
+    extender_client_names: list[str] = Field(default_factory=list)
 
     # -- agents -------------------------------------------------------------------------------
     #: How agents prove which node they speak for. ``tokenreview``: a projected
@@ -221,6 +227,8 @@ class ManagerSettings(BaseSettings):
         if self.extender_client_ca_file is not None and (
                 self.tls_cert_file is None or not self.extender_port):
             raise ValueError("extender_client_ca_file needs tls_cert_file and extender_port")
+        if self.extender_client_names and self.extender_client_ca_file is None:
+            raise ValueError("extender_client_names needs extender_client_ca_file")
         if self.extender_port and self.extender_port == self.port:
             raise ValueError("extender_port must differ from port")
         return self

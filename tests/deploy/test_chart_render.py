@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from deploylib import ACTUATORS, CHART, docs, find, helm, one, pod_spec, render
+from deploylib import ACTUATORS, CHART, KUBE_VERSION, docs, find, helm, one, pod_spec, render
 
 from specon import defaults
 
@@ -61,7 +61,8 @@ def test_bad_values_fail_with_a_message_naming_the_value(
         plane_bin: Path, home: Path, values: dict[str, Any], where: str) -> None:
     from deploylib import set_args
 
-    res = helm(plane_bin, "template", "x", str(CHART), *set_args(values), home=home, check=False)
+    res = helm(plane_bin, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+               *set_args(values), home=home, check=False)
     assert res.returncode != 0
     assert "don't meet the specifications of the schema" in res.stderr
     assert where in res.stderr, res.stderr
@@ -305,7 +306,8 @@ def test_tls_from_cert_manager_or_the_operator(plane_bin: Path, home: Path) -> N
     assert not find(objs, "Secret") and not find(objs, "Certificate")
     from deploylib import set_args
 
-    res = helm(plane_bin, "template", "x", str(CHART), *set_args({"tls.mode": "certManager"}),
+    res = helm(plane_bin, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+               *set_args({"tls.mode": "certManager"}),
                home=home, check=False)
     assert res.returncode != 0 and "tls.certManager.issuerRef.name" in res.stderr
 
@@ -384,3 +386,103 @@ def test_the_user_guide_shows_the_example_job_that_the_plane_test_applies() -> N
     guide = (ROOT / "docs" / "user-guide.md").read_text()
     example = (DEPLOY / "examples" / "training-job.yaml").read_text().rstrip()
     assert f"```yaml\n{example}\n```" in guide
+
+
+def test_network_policies_are_optional_and_admit_only_the_chart_s_clients(
+        plane_bin: Path, home: Path) -> None:
+    """Issue 29, item 9: off by default (they need a CNI that enforces them); on, the manager's
+    main port admits the agents and Prometheus, its extender port the scheduler only, the
+    agents' metrics port Prometheus only, and nothing reaches the scheduler or the hook."""
+    assert find(docs(render(plane_bin, home)), "NetworkPolicy") == []
+    prom = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prom"}}}
+    extra = [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+    objs = docs(render(plane_bin, home, {"networkPolicy.enabled": True,
+                                         "networkPolicy.prometheus": prom,
+                                         "networkPolicy.schedulerFrom": extra}))
+    mgr = one(objs, "NetworkPolicy", "specon-manager")["spec"]
+    assert mgr["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "manager"
+    assert mgr["policyTypes"] == ["Ingress"]
+    by_port = {r["ports"][0]["port"]: r["from"] for r in mgr["ingress"]}
+    assert set(by_port) == {8080, 8443}
+    main = by_port[8080]
+    assert main[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "agent"
+    assert main[1:] == [prom]
+    ext = by_port[8443]
+    assert ext[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"
+    assert ext[1:] == extra
+    agent = one(objs, "NetworkPolicy", "specon-agent")["spec"]
+    assert [(r["ports"][0]["port"], r["from"]) for r in agent["ingress"]] == [(9108, [prom])]
+    deny = one(objs, "NetworkPolicy", "specon-deny-ingress")["spec"]
+    assert "ingress" not in deny and deny["policyTypes"] == ["Ingress"]
+    comps = [e for e in deny["podSelector"]["matchExpressions"]
+             if e["key"] == "app.kubernetes.io/component"]
+    assert comps[0]["values"] == ["scheduler", "agent-drain"]
+    # existing mode: only the peers named for the extender port (none: no rule for it)
+    objs = docs(render(plane_bin, home, {"networkPolicy.enabled": True,
+                                         "scheduler.mode": "existing"}))
+    mgr = one(objs, "NetworkPolicy", "specon-manager")["spec"]
+    assert [r["ports"][0]["port"] for r in mgr["ingress"]] == [8080]
+
+
+@pytest.mark.parametrize(("replicas", "pdb"), [(1, False), (2, True)])
+def test_the_manager_gets_a_disruption_budget_with_more_than_one_replica(
+        plane_bin: Path, home: Path, replicas: int, pdb: bool) -> None:
+    found = find(docs(render(plane_bin, home, {"manager.replicas": replicas})),
+                 "PodDisruptionBudget")
+    assert len(found) == int(pdb)
+    if pdb:
+        spec = found[0]["spec"]
+        assert spec["minAvailable"] == 1
+        assert spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "manager"
+
+
+def test_priority_classes(plane_bin: Path, home: Path) -> None:
+    objs = docs(render(plane_bin, home))
+    assert pod_spec(one(objs, "DaemonSet"))["priorityClassName"] == "system-node-critical"
+    assert "priorityClassName" not in pod_spec(one(objs, "Deployment", "specon-manager"))
+    objs = docs(render(plane_bin, home, {"agent.priorityClassName": "",
+                                         "manager.priorityClassName": "specon-high"}))
+    assert "priorityClassName" not in pod_spec(one(objs, "DaemonSet"))
+    assert pod_spec(one(objs, "Deployment", "specon-manager"))["priorityClassName"] == \
+        "specon-high"
+
+
+def test_kube_version_is_declared_and_checked(plane_bin: Path, home: Path) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.25.0-0"
+    res = helm(plane_bin, "template", "x", str(CHART), "--kube-version", "v1.24.0", home=home,
+               check=False)
+    assert res.returncode != 0 and "kubeVersion" in res.stderr
+    # the resize actuator needs in-place pod resize (1.33)
+    res = helm(plane_bin, "template", "x", str(CHART), "--kube-version", "v1.32.0",
+               "--set", "agent.actuator=resize", home=home, check=False)
+    assert res.returncode != 0 and "needs Kubernetes 1.33" in res.stderr
+
+
+def test_every_container_is_hardened_and_the_agent_is_root_only_where_it_must(
+        plane_bin: Path, home: Path) -> None:
+    for actuator in ACTUATORS:
+        objs = docs(render(plane_bin, home, {"agent.actuator": actuator}))
+        for o in objs:
+            if o["kind"] not in ("Deployment", "DaemonSet", "Job"):
+                continue
+            spec = pod_spec(o)
+            assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            for c in spec["containers"]:
+                sc = c["securityContext"]
+                assert sc["allowPrivilegeEscalation"] is False, o["metadata"]["name"]
+                assert sc["readOnlyRootFilesystem"] is True
+                assert sc["capabilities"] == {"drop": ["ALL"]}
+                assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+                root = o["kind"] == "DaemonSet"
+                assert sc["runAsNonRoot"] is (not root)
+    # non-root agents with the resize actuator (no host writes); refused for the others
+    objs = docs(render(plane_bin, home, {"agent.actuator": "resize", "agent.runAsUser": 65532}))
+    sc = pod_spec(one(objs, "DaemonSet"))["containers"][0]["securityContext"]
+    assert (sc["runAsUser"], sc["runAsGroup"], sc["runAsNonRoot"]) == (65532, 65532, True)
+    for actuator in ("cgroup", "docker"):
+        res = helm(plane_bin, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+                   "--set", f"agent.actuator={actuator}", "--set", "agent.runAsUser=65532",
+                   home=home, check=False)
+        assert res.returncode != 0 and "writes files only root may" in res.stderr
