@@ -20,6 +20,10 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+#: Containers nest at most this deep (a state dict is 3 or 4 deep): a clear error, in both
+#: directions, long before Python's recursion limit.
+MAX_DEPTH = 100
+
 
 class PlainDataError(ValueError):
     """Text that is not plain data as :func:`encode` writes it."""
@@ -29,7 +33,9 @@ def encode(obj: Any, tensor: Callable[[Any], str | None] = lambda _: None) -> st
     """``obj`` as JSON text; ``tensor(value)`` names a value it has stored (None: not a
     tensor)."""
 
-    def walk(value: Any, where: str) -> Any:
+    def walk(value: Any, where: str, depth: int = 0) -> Any:
+        if depth > MAX_DEPTH:
+            raise TypeError(f"state{where[:200]}: containers nest deeper than {MAX_DEPTH}")
         if value is None:
             return None
         if isinstance(value, bool):
@@ -46,18 +52,19 @@ def encode(obj: Any, tensor: Callable[[Any], str | None] = lambda _: None) -> st
         if isinstance(value, (bytes, bytearray)):
             return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
         if isinstance(value, list):
-            return [walk(v, f"{where}[{i}]") for i, v in enumerate(value)]
+            return [walk(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
         if isinstance(value, tuple):
-            return {"$tuple": [walk(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+            items = [walk(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+            return {"$tuple": items}
         if isinstance(value, (set, frozenset)):
-            return {"$set": [walk(v, f"{where}{{}}") for v in value]}
+            return {"$set": [walk(v, f"{where}{{}}", depth + 1) for v in value]}
         if isinstance(value, dict):
             keys_plain = all(type(k) is str for k in value) and not (
                 len(value) == 1 and next(iter(value)).startswith("$"))
             if keys_plain:
-                return {k: walk(v, f"{where}[{k!r}]") for k, v in value.items()}
-            return {"$dict": [[walk(k, f"{where} key"), walk(v, f"{where}[{k!r}]")]
-                              for k, v in value.items()]}
+                return {k: walk(v, f"{where}[{k!r}]", depth + 1) for k, v in value.items()}
+            return {"$dict": [[walk(k, f"{where} key", depth + 1),
+                               walk(v, f"{where}[{k!r}]", depth + 1)] for k, v in value.items()]}
         name = tensor(value)
         if name is not None:
             return {"$tensor": name}
@@ -86,26 +93,28 @@ def decode(text: str, tensors: Callable[[str], Any] = lambda name: _fail(f"no te
     except (ValueError, RecursionError) as exc:
         _fail(f"not JSON ({type(exc).__name__}: {str(exc)[:200]})")
 
-    def walk(value: Any) -> Any:
+    def walk(value: Any, depth: int = 0) -> Any:
+        if depth > MAX_DEPTH:
+            _fail(f"containers nest deeper than {MAX_DEPTH}")
         if isinstance(value, list):
-            return [walk(v) for v in value]
+            return [walk(v, depth + 1) for v in value]
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
             tag, body = next(iter(value.items()))
             if tag.startswith("$"):
-                return tagged(tag, body)
-        return {k: walk(v) for k, v in value.items()}
+                return tagged(tag, body, depth + 1)
+        return {k: walk(v, depth + 1) for k, v in value.items()}
 
-    def tagged(tag: str, body: Any) -> Any:
+    def tagged(tag: str, body: Any, depth: int) -> Any:
         if tag == "$tuple" and isinstance(body, list):
-            return tuple(walk(v) for v in body)
+            return tuple(walk(v, depth) for v in body)
         if tag == "$set" and isinstance(body, list):
-            return {walk(v) for v in body}
+            return {walk(v, depth) for v in body}
         if tag == "$dict" and isinstance(body, list):
             if not all(isinstance(p, list) and len(p) == 2 for p in body):
                 _fail("$dict holds something other than [key, value] pairs")
-            return {walk(k): walk(v) for k, v in body}
+            return {walk(k, depth): walk(v, depth) for k, v in body}
         if tag == "$bytes" and isinstance(body, str):
             try:
                 return base64.b64decode(body, validate=True)

@@ -204,3 +204,17 @@ def test_plain_data_keeps_nan_and_refuses_objects() -> None:
 def test_plain_data_refuses_what_encode_never_writes(text: str) -> None:
     with pytest.raises(plaindata.PlainDataError):
         plaindata.decode(text)
+
+
+def test_plain_data_nesting_is_bounded_with_a_clear_error() -> None:
+    deep: list = []
+    for _ in range(plaindata.MAX_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(TypeError, match="nest deeper"):
+        plaindata.encode(deep)
+    with pytest.raises(plaindata.PlainDataError, match="nest deeper"):
+        plaindata.decode("[" * 900 + "]" * 900)
+    ok: list = []
+    for _ in range(plaindata.MAX_DEPTH - 1):
+        ok = [ok]
+    assert plaindata.decode(plaindata.encode(ok)) == ok
