@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
-import pickle
 import signal
 import threading
 import time
@@ -23,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 from specon import names
+from specon.sdk import plaindata, tensorfile
 from specon.sdk.progress import Reporter, default_reporter
 from specon.sdk.threads import ThreadHint
 from specon.sdk.volume import atomic_write, remove_partials, warn, why
@@ -41,6 +40,11 @@ EXIT_STOPPED = 143
 #: loss is reached): a completed job, not one to restart.
 EXIT_DONE = 0
 MANIFEST_FORMAT = "specon-checkpoint/v1"
+#: ``__metadata__["format"]`` of a checkpoint's safetensors file; ``["state"]`` is the state
+#: as plain data (specon.sdk.plaindata), its tensors named there and stored as the file's own.
+STATE_FORMAT = "specon-state/v1"
+#: Data files of older versions (pickle, torch.save): never loaded; cleaned up as orphans.
+LEGACY_SUFFIXES = (".pkl", ".pt")
 _PREFIX = "ckpt-"
 
 
@@ -82,48 +86,59 @@ def verify_checkpoint(directory: Path, name: str) -> tuple[str | None, str, byte
     """Check checkpoint ``name`` in ``directory`` against its manifest (size and SHA-256),
     without loading it: (problem or None, the verified SHA-256, the data). What a job does
     before resuming and what a requester does before acting on ``saved.json``."""
+    problem, digest, data, _ = _verify(directory, name)
+    return problem, digest, data
+
+
+def _verify(directory: Path, name: str) -> tuple[str | None, str, bytes, str]:
+    """:func:`verify_checkpoint`, and the data file's name (empty when unknown)."""
     try:
         manifest = json.loads((directory / f"{name}.json").read_text())
         data_path = directory / str(manifest["file"])
         expected = str(manifest["sha256"])
         size = int(manifest["bytes"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"unreadable manifest ({type(exc).__name__})", "", b""
+        return f"unreadable manifest ({type(exc).__name__})", "", b"", ""
     if data_path.parent != directory:
-        return "manifest names a file outside the checkpoint directory", "", b""
+        return "manifest names a file outside the checkpoint directory", "", b"", ""
+    file = data_path.name
     try:
         data = data_path.read_bytes()
     except OSError as exc:
-        return f"missing data file ({type(exc).__name__})", "", b""
+        return f"missing data file ({type(exc).__name__})", "", b"", file
     if len(data) != size:
-        return f"size mismatch ({len(data)} bytes, manifest says {size})", "", b""
+        return f"size mismatch ({len(data)} bytes, manifest says {size})", "", b"", file
     if _sha256(data) != expected:
-        return "checksum mismatch", "", b""
-    return None, expected, data
+        return "checksum mismatch", "", b"", file
+    return None, expected, data, file
 
 
 class UnsafeCheckpoint(ValueError):
-    """A checkpoint that asks to construct an object (code), not plain data: refused."""
+    """A checkpoint file that is not tensors and plain data in the safetensors format (a
+    pickle, a torch.save file, a malformed or hostile file): refused, never unpickled."""
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    """Loads dicts, lists, tuples, sets, strings, bytes, numbers, booleans and None only.
-    Every other object reaches :meth:`find_class` (that is how pickle names code to run) and
-    is refused there, before anything of it is imported or called."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise UnsafeCheckpoint(f"checkpoint names {module}.{name}: only plain data is loaded")
+def _legacy(data: bytes) -> str | None:
+    """What older format ``data`` looks like, if it is one: these are pickles and are refused."""
+    if data[:4] == b"PK\x03\x04":
+        return "a torch.save (zip and pickle) file"
+    if data[:1] == b"\x80":
+        return "a pickle"
+    if len(data) > 9 and data[8:9] == b"\x80" and int.from_bytes(data[:8], "big") < len(data):
+        return "an older SpeCon checkpoint (pickle and torch.save)"
+    return None
 
 
 class Checkpointer:
-    """Checkpoints of plain picklable state.
+    """Checkpoints of plain data (None, bool, int, float, str, bytes, list, tuple, set, dict),
+    stored in the safetensors format (never pickle).
 
     Call `resume()` once at start, then `step_end(step, state)` after every iteration: it
     saves when asked (request file, SIGTERM, or every N steps) and, after SIGTERM or an
     exit request, exits with status 143 once the checkpoint is verified."""
 
-    kind = "pickle"
-    suffix = ".pkl"
+    kind = "plain"
+    suffix = ".safetensors"
 
     def __init__(
         self,
@@ -167,12 +182,57 @@ class Checkpointer:
 
     # -- hooks a subclass overrides -------------------------------------------------------
     def serialize(self, state: Any) -> bytes:
-        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        """``state`` as a safetensors file: its tensors (what :meth:`tensor_out` takes) as the
+        file's tensors, the rest as plain data in the header's metadata. TypeError for a
+        value that is neither (docs/training-contract.md, section 3)."""
+        tensors: dict[str, tensorfile.RawTensor] = {}
+
+        def store(value: Any) -> str | None:
+            raw = self.tensor_out(value)
+            if raw is None:
+                return None
+            name = str(len(tensors))
+            tensors[name] = raw
+            return name
+
+        text = plaindata.encode(state, store)
+        return tensorfile.dumps(tensors, {"format": STATE_FORMAT, "state": text})
 
     def deserialize(self, data: bytes) -> Any:
-        # The checkpoint volume may be written by others (another tenant, a compromised job):
-        # only plain data is loaded, never an object whose class would run code.
-        return _PlainUnpickler(io.BytesIO(data)).load()
+        """The state :meth:`serialize` wrote. The checkpoint volume may be written by others
+        (another tenant, a compromised job): the file is parsed as the safetensors format and
+        JSON, nothing in it is unpickled, imported or called; anything else is refused with
+        :class:`UnsafeCheckpoint`."""
+        old = _legacy(data)
+        if old is not None:
+            raise UnsafeCheckpoint(f"{old}, refused: checkpoints are never unpickled; this "
+                                   "version reads the safetensors format only")
+        try:
+            tensors, metadata = tensorfile.loads(data)
+        except tensorfile.TensorFileError as exc:
+            raise UnsafeCheckpoint(f"not a safetensors file: {exc}") from exc
+        if metadata.get("format") != STATE_FORMAT or "state" not in metadata:
+            raise UnsafeCheckpoint(f"not a SpeCon checkpoint (its metadata has no format "
+                                   f"{STATE_FORMAT!r} and state)")
+
+        def tensor(name: str) -> Any:
+            raw = tensors.get(name)
+            if raw is None:
+                raise UnsafeCheckpoint(f"the state names tensor {name[:40]!r}, not in the file")
+            return self.tensor_in(raw)
+
+        try:
+            return plaindata.decode(metadata["state"], tensor)
+        except plaindata.PlainDataError as exc:
+            raise UnsafeCheckpoint(f"the state is not plain data: {exc}") from exc
+
+    def tensor_out(self, value: Any) -> tensorfile.RawTensor | None:
+        """``value`` as a tensor to store, or None when it is not one (here: a RawTensor)."""
+        return value if isinstance(value, tensorfile.RawTensor) else None
+
+    def tensor_in(self, raw: tensorfile.RawTensor) -> Any:
+        """The value of a stored tensor (here: the RawTensor, its bytes copied)."""
+        return tensorfile.RawTensor(raw.dtype, raw.shape, bytes(raw.data))
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -288,7 +348,8 @@ class Checkpointer:
         start = time.perf_counter()
         try:
             # What an interrupted or failed save left: temporary files, data without manifest.
-            remove_partials(self.directory, _PREFIX, (Checkpointer.suffix, self.suffix))
+            remove_partials(self.directory, _PREFIX,
+                            (Checkpointer.suffix, self.suffix, *LEGACY_SUFFIXES))
             found = self._list()
         except OSError as exc:
             warn(f"cannot read the checkpoint folder {self.directory} ({why(exc)}): starting "
@@ -364,13 +425,13 @@ class Checkpointer:
 
     def _try_load(self, name: str) -> tuple[str | None, Any]:
         assert self.directory is not None
-        problem, _, data = verify_checkpoint(self.directory, name)
+        problem, _, data, file = _verify(self.directory, name)
         if problem is not None:
             return problem, None
         try:
             return None, self.deserialize(data)
         except Exception as exc:
-            return f"cannot deserialize ({type(exc).__name__}: {exc})", None
+            return f"cannot load {file} ({type(exc).__name__}: {exc})", None
 
     def _verify_file(self, saved: Saved) -> bool:
         try:
@@ -380,7 +441,8 @@ class Checkpointer:
 
     def _remove(self, name: str) -> None:
         assert self.directory is not None
-        for path in (self.directory / f"{name}.json", self.directory / f"{name}{self.suffix}"):
+        for suffix in (".json", self.suffix, *LEGACY_SUFFIXES):
+            path = self.directory / f"{name}{suffix}"
             with contextlib.suppress(OSError):
                 path.unlink()
 

@@ -4,8 +4,6 @@ job continues bit for bit. torch is imported only when this class is used."""
 from __future__ import annotations
 
 import dataclasses
-import io
-import pickle
 import random
 import sys
 import time
@@ -13,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specon.sdk.checkpoint import Checkpointer, Restored, Saved, UnsafeCheckpoint
+from specon.sdk.tensorfile import RawTensor
 
 
 def _set_torch_threads(threads: int) -> None:
@@ -28,7 +27,7 @@ class TorchCheckpointer(Checkpointer):
     (its `.step` is the last completed step); `step_end(step)` needs no state argument."""
 
     kind = "torch"
-    suffix = ".pt"
+    suffix = ".safetensors"
 
     def __init__(
         self,
@@ -47,31 +46,35 @@ class TorchCheckpointer(Checkpointer):
         self._extra = extra
         self.extra: Any = None
 
-    def serialize(self, state: Any) -> bytes:
+    def tensor_out(self, value: Any) -> RawTensor | None:
         import torch
 
-        # Two parts, neither able to carry code on load: the tensors (torch.save of a list,
-        # loaded with weights_only=True) and everything else as plain data (loaded by the
-        # base class's plain-data unpickler); tensors are named by their index in the list.
-        tensors: list[Any] = []
-        plain = _split(state, tensors, torch.Tensor)
-        head = super().serialize(plain)
-        buffer = io.BytesIO()
-        torch.save(tensors, buffer)
-        return len(head).to_bytes(8, "big") + head + buffer.getvalue()
+        if not isinstance(value, torch.Tensor):
+            return super().tensor_out(value)
+        names = _dtype_names()
+        if value.dtype not in names:
+            raise TypeError(f"a {value.dtype} tensor: the safetensors format has no such dtype")
+        t = value.detach().cpu().contiguous()
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)  # NumPy has no bfloat16: the same bytes as int16
+        array = t.numpy()
+        data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        return RawTensor(names[value.dtype], tuple(value.shape), data)
 
-    def deserialize(self, data: bytes) -> Any:
+    def tensor_in(self, raw: RawTensor) -> Any:
         import torch
 
-        n = int.from_bytes(data[:8], "big")
-        plain = super().deserialize(data[8:8 + n])
-        try:
-            tensors = torch.load(io.BytesIO(data[8 + n:]), map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as exc:
-            raise UnsafeCheckpoint(f"not tensors only: {exc}") from exc
-        if not isinstance(tensors, list):
-            raise UnsafeCheckpoint("the tensor part is not a list of tensors")
-        return _join(plain, tensors)
+        dtype = next((d for d, n in _dtype_names().items() if n == raw.dtype), None)
+        if dtype is None:
+            raise UnsafeCheckpoint(f"dtype {raw.dtype} has no torch {torch.__version__} type")
+        if raw.count == 0:
+            return torch.empty(raw.shape, dtype=dtype)
+        data = bytearray(raw.data)  # a copy the tensor owns (frombuffer shares it)
+        if dtype == torch.bool and data.strip(b"\x00\x01"):
+            raise UnsafeCheckpoint("a BOOL tensor holds bytes other than 0 and 1")
+        if sys.byteorder != "little":
+            raise UnsafeCheckpoint("this SDK reads tensors on little-endian machines only")
+        return torch.frombuffer(data, dtype=dtype).reshape(raw.shape)
 
     def state(self, step: int) -> dict[str, Any]:
         import torch
@@ -79,7 +82,7 @@ class TorchCheckpointer(Checkpointer):
         rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
         numpy = sys.modules.get("numpy")
         if numpy is not None:
-            # As plain data (weights_only loads no numpy arrays): (name, key list, pos, ...).
+            # As plain data (no NumPy arrays in a checkpoint): (name, key list, pos, ...).
             name, keys, *rest = numpy.random.get_state()
             rng["numpy"] = (name, [int(k) for k in keys], *rest)
         return {
@@ -127,31 +130,12 @@ class TorchCheckpointer(Checkpointer):
         return super().step_end(step, state if state is not None else lambda: self.state(step))
 
 
-_TENSOR = "__specon_tensor__"
+def _dtype_names() -> dict[Any, str]:
+    """torch dtype -> the safetensors dtype name, for the dtypes both have."""
+    import torch
 
-
-def _split(obj: Any, tensors: list[Any], tensor_type: type) -> Any:
-    """``obj`` with every tensor replaced by ``(_TENSOR, index)`` and appended to ``tensors``;
-    OrderedDicts become dicts (plain data; ``load_state_dict`` takes either)."""
-    if isinstance(obj, tensor_type):
-        tensors.append(obj)
-        return (_TENSOR, len(tensors) - 1)
-    if isinstance(obj, dict):
-        return {k: _split(v, tensors, tensor_type) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_split(v, tensors, tensor_type) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_split(v, tensors, tensor_type) for v in obj)
-    return obj
-
-
-def _join(obj: Any, tensors: list[Any]) -> Any:
-    if isinstance(obj, tuple) and len(obj) == 2 and obj[0] == _TENSOR:
-        return tensors[obj[1]]
-    if isinstance(obj, dict):
-        return {k: _join(v, tensors) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_join(v, tensors) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_join(v, tensors) for v in obj)
-    return obj
+    return {
+        torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
+        torch.int32: "I32", torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16",
+        torch.float32: "F32", torch.float64: "F64",
+    }

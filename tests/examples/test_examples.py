@@ -44,7 +44,7 @@ def test_example_reports_progress_and_saves_a_final_checkpoint(tmp_path, python,
     assert sum(1 for line in stdout.splitlines() if line.startswith('{"specon":1')) == len(records)
     final = [r for r in records if r["event"] == "checkpoint"]
     assert final[-1]["reason"] == "final" and final[-1]["step"] == 12
-    assert (tmp_path / "ck" / "ckpt-000000012.pt").stat().st_size == final[-1]["bytes"]
+    assert (tmp_path / "ck" / "ckpt-000000012.safetensors").stat().st_size == final[-1]["bytes"]
 
 
 def test_seed_decides_the_losses(tmp_path, python):

@@ -31,8 +31,8 @@ def test_save_and_resume_round_trip_and_keep_two(tmp_path):
         assert saved is not None and saved.step == step
     assert [s for s, _ in ckpt.checkpoints()] == [30, 20]
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert files == ["ckpt-000000020.json", "ckpt-000000020.pkl",
-                     "ckpt-000000030.json", "ckpt-000000030.pkl", SAVED_FILE]
+    assert files == ["ckpt-000000020.json", "ckpt-000000020.safetensors",
+                     "ckpt-000000030.json", "ckpt-000000030.safetensors", SAVED_FILE]
     again, out2 = make(tmp_path)
     restored = again.resume()
     assert restored is not None
@@ -59,7 +59,7 @@ def test_corrupt_newest_falls_back_to_the_previous_and_says_so(tmp_path, damage,
     ckpt, _ = make(tmp_path)
     ckpt.save({"v": 1}, 1)
     ckpt.save({"v": 2}, 2)
-    damage(tmp_path / "ckpt" / "ckpt-000000002.pkl")
+    damage(tmp_path / "ckpt" / "ckpt-000000002.safetensors")
     again, out = make(tmp_path)
     restored = again.resume()
     assert restored is not None
@@ -78,19 +78,19 @@ def test_unreadable_manifest_and_orphan_data_are_skipped(tmp_path):
     ckpt.save({"v": 2}, 2)
     (tmp_path / "ckpt" / "ckpt-000000002.json").write_text("{not json")
     # a data file whose manifest was never written (a crash between the two renames)
-    (tmp_path / "ckpt" / "ckpt-000000003.pkl").write_bytes(b"partial")
-    (tmp_path / "ckpt" / ".tmp-ckpt-000000004.pkl-1").write_bytes(b"partial")
+    (tmp_path / "ckpt" / "ckpt-000000003.safetensors").write_bytes(b"partial")
+    (tmp_path / "ckpt" / ".tmp-ckpt-000000004.safetensors-1").write_bytes(b"partial")
     again, _ = make(tmp_path)
     restored = again.resume()
     assert restored is not None and restored.state == {"v": 1}
     assert restored.rejected[0][1].startswith("unreadable manifest")
-    assert not (tmp_path / "ckpt" / ".tmp-ckpt-000000004.pkl-1").exists()
+    assert not (tmp_path / "ckpt" / ".tmp-ckpt-000000004.safetensors-1").exists()
 
 
 def test_nothing_good_means_a_fresh_start_not_an_error(tmp_path):
     ckpt, _ = make(tmp_path)
     ckpt.save({"v": 1}, 1)
-    _flip(tmp_path / "ckpt" / "ckpt-000000001.pkl")
+    _flip(tmp_path / "ckpt" / "ckpt-000000001.safetensors")
     again, out = make(tmp_path)
     assert again.resume() is None
     assert events(out, "resume-failed")[0]["rejected"][0]["reason"] == "checksum mismatch"

@@ -97,7 +97,7 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, python, model
     assert [(r["step"], r["loss"]) for r in before] == [(r["step"], expected[r["step"]])
                                                         for r in before]
 
-    final = f"ckpt-{iterations:09d}.pt"
+    final = f"ckpt-{iterations:09d}.safetensors"
     done = subprocess.run([python, "-c", COMPARE, str(straight_dir / "ck" / final),
                            str(stopped_dir / "ck" / final)], capture_output=True, text=True,
                           timeout=300, check=False, env=launch.env())
@@ -120,7 +120,7 @@ def test_resume_after_a_corrupt_newest_checkpoint_takes_the_previous(tmp_path, p
     env = launch.env(SPECON_PROGRESS_FILE=str(progress), SPECON_CHECKPOINT_DIR=str(work / "ck"))
     subprocess.run([*cmd, "--no-final-checkpoint"], env=env, stdout=subprocess.DEVNULL,
                    check=True, timeout=600)
-    newest = work / "ck" / "ckpt-000000060.pt"
+    newest = work / "ck" / "ckpt-000000060.safetensors"
     assert newest.exists()
     newest.write_bytes(newest.read_bytes()[:100])
     lines_before = progress.read_text().count("\n")

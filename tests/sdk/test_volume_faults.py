@@ -287,7 +287,7 @@ def test_resume_on_a_read_only_volume_takes_the_newest_checkpoint_it_can_read(tm
     first.allow(3)
     assert first.wait() == 0, first.err()
     assert steps_of(ckpt_dir) == [2, 3]
-    newest = ckpt_dir / "ckpt-000000003.pkl"
+    newest = ckpt_dir / "ckpt-000000003.safetensors"
     data = bytearray(newest.read_bytes())
     data[-5] ^= 0x01
     newest.write_bytes(bytes(data))  # a broken newest checkpoint
@@ -323,7 +323,7 @@ def test_resume_removes_a_data_file_without_its_manifest_and_temporary_files(tmp
     assert first.wait() == 0, first.err()
     # what a crash between the two renames leaves: a 100 KB data file with no manifest, and
     # a temporary file of each kind
-    (ckpt_dir / "ckpt-000000003.pkl").write_bytes(os.urandom(100_000))
+    (ckpt_dir / "ckpt-000000003.safetensors").write_bytes(os.urandom(100_000))
     (ckpt_dir / ".tmp-ckpt-000000003.json-12345").write_bytes(b'{"name": "ckpt-')
     (ckpt_dir / ".tmp-saved.json-12345").write_bytes(b"{")
     job = Job(tmp_path, ckpt_dir, tmp_path / "progress.jsonl", blob=1000, steps=1, every=0,
