@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,3 +32,13 @@ def serve(app: Any, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, 15 s to end cleanly, then SIGKILL: how a test ends a program it started."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 from deploylib import docs, one, pod_spec, render
 from planelib import free_port
+from servelib import stop_process
 
 pytestmark = pytest.mark.plane
 
@@ -95,12 +95,7 @@ def running(plane_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             time.sleep(0.2)
         yield Running(port, ext, ca, serving, scheduler, log)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 def call(port: int, ca: Path, cert: Pair | None, method: str, path: str,

@@ -10,7 +10,6 @@ and every stalled connection is closed once the body timeout has passed."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import httpx
 import pytest
 from managerlib import auth, heartbeat, token
 from planelib import free_port
+from servelib import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 BODY = 2 * 1024 * 1024  # the agents' body limit: every attack stays within it
@@ -66,12 +66,7 @@ def manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int
             time.sleep(0.2)
         yield url, proc.pid
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 def open_and_stall(port: int, i: int) -> socket.socket:
