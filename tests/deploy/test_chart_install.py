@@ -244,7 +244,7 @@ WRITES = [["create", "pods"], ["patch", "pods"], ["delete", "pods"], EVICT,
 
 @pytest.mark.parametrize(("component", "allowed", "refused"), [
     ("manager",
-     [["list", "nodes"], ["get", "pods", "-A"], ["get", "jobs.batch", "-A"],
+     [["list", "nodes"], ["get", "nodes"], ["get", "pods", "-A"], ["get", "jobs.batch", "-A"],
       ["create", "tokenreviews.authentication.k8s.io"],
       *([*w, "-n", "NS"] for w in WRITES)],
      [*([*w, "-n", "OTHER"] for w in WRITES), *([*w, "-n", "kube-system"] for w in WRITES),
