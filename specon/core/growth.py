@@ -12,9 +12,6 @@ docs/normalisation.md):
   by zero.
 * progress = |dE| / scale per minute: "the share of all the improvement seen so far that this
   job made in the last minute". Efficiency divides progress by the cores the job used.
-* Algorithm 3 judges a job by its progress per step, not per minute (:class:`Pace`): a job
-  held at a CPU floor logs fewer steps per minute, not smaller steps, and must not look
-  converged for it (issue 26, docs/algorithms.md "Progress per step").
 """
 
 from __future__ import annotations
@@ -29,12 +26,6 @@ SCALE_FLOOR_ABS = 1e-12
 #: Minimum CPU (cores) a job is credited with when computing efficiency, so that a job that was
 #: starved for a whole interval does not get an infinite efficiency.
 MIN_CORES = 0.01
-#: A job is judged (Algorithm 3) once it has logged at least this share of the records it logs
-#: in one interval at its top pace; until then its span goes on and it keeps its category.
-WORK_SHARE = 0.5
-#: Weight of the latest span in a job's smoothed logging rate (the top pace is the highest
-#: smoothed rate, so that one span's rounding up of a record does not set it).
-PACE_WEIGHT = 0.5
 
 
 def interval_value(samples: Sequence[float], previous: float | None) -> float | None:
@@ -100,41 +91,3 @@ class LossTrack:
         cores = max(cpu_seconds / dt_s, MIN_CORES)
         growth = Growth(progress=progress, efficiency=progress / cores, value=value, cores=cores)
         return track, growth
-
-
-@dataclass(frozen=True, slots=True)
-class Pace:
-    """How fast a job logs records, for judging its progress per step (Algorithm 3's G).
-
-    A job's loss falls per step it runs, not per minute: a job held at a CPU floor logs a
-    twentieth of its records and its loss falls a twentieth as far, at the same rate per step.
-    Its growth is therefore measured per record logged and expressed per minute at its *top
-    pace*, the fastest it has logged (smoothed over judged spans): a job that runs unthrottled
-    gets the progress per minute of :meth:`LossTrack.observe`; a throttled one the progress it
-    would make at that pace. Records stand for steps (the SDK and most loops log every so many
-    steps; a loop that logs by the clock is judged per minute, as before). A job is judged only
-    once it has logged :data:`WORK_SHARE` of what it logs in one interval at its top pace
-    (:meth:`ready`), so a throttled job's few records are not judged alone (their median is
-    noise).
-    """
-
-    rate: float = 0.0  # records per second, smoothed over the judged spans
-    top: float = 0.0  # the highest ``rate`` so far (0: not known yet)
-
-    def ready(self, records: int, tick_s: float) -> bool:
-        """Whether a span with ``records`` records (the last interval ``tick_s`` long) is worth a
-        judgement: any record while the pace is not known, else WORK_SHARE of one interval's
-        records at the top pace."""
-        if records <= 0:
-            return False
-        return self.top <= 0 or records >= WORK_SHARE * self.top * tick_s
-
-    def judge(self, growth: Growth, records: int, span_s: float) -> tuple[Pace, Growth]:
-        """A judged span of ``span_s`` seconds with ``records`` records: the new pace, and the
-        growth with its progress per step at the top pace (per minute)."""
-        if records <= 0 or span_s <= 0:
-            return self, growth
-        rate = records / span_s
-        smooth = rate if self.rate <= 0 else (1 - PACE_WEIGHT) * self.rate + PACE_WEIGHT * rate
-        pace = Pace(rate=smooth, top=max(self.top, smooth))
-        return pace, replace(growth, progress=growth.progress * pace.top / rate)

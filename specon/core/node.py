@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from specon.core import flowcon
 from specon.core.categorize import Category, JobState, categorize
 from specon.core.flowcon import FlowConParams, FlowConState, FlowList
-from specon.core.growth import Growth, LossTrack, Pace
+from specon.core.growth import Growth, LossTrack
 from specon.core.progress import JobLoad, node_shares
 from specon.core.scoring import Weights
 from specon.core.urgency import Assessment, prioritised, qos_limits
@@ -56,16 +56,9 @@ class Probe:
     track: LossTrack = field(default_factory=LossTrack)
     samples: list[float] = field(default_factory=list)
 
-    #: The categoriser's pace of the job (:meth:`judge`), its last tick, and the samples
-    #: logged before its span began (a restart: they count in the median, not in the pace).
-    pace: Pace = field(default_factory=Pace)
-    tick: float | None = None
-    skip: int = 0
-
     def restart(self, now: float, cpu: Counter) -> None:
         """Start a new interval at ``now`` (the job (re)started on this node)."""
         self.t, self.cpu = now, cpu
-        self.tick, self.skip = now, len(self.samples)
 
     def observe(self, now: float, cpu: Counter, per_second: float) -> tuple[Growth | None, bool]:
         """Close the interval at ``now``: (growth, whether the CPU use over it is known).
@@ -76,24 +69,7 @@ class Probe:
         self.samples = []
         self.t = now
         self.cpu = cpu
-        self.tick, self.skip = now, 0
         return g, known
-
-    def judge(self, now: float, cpu: Counter, per_second: float) -> Growth | None:
-        """Algorithm 3's tick: close the span at ``now`` if the job has done enough work since
-        it began (:meth:`Pace.ready`), and return its growth per step at its top pace; else
-        None (no measurement: the job keeps its category) and the span goes on."""
-        tick_s = now - (self.t if self.tick is None else self.tick)
-        self.tick = now
-        records = len(self.samples) - self.skip
-        if not self.pace.ready(records, tick_s) and self.track.first is not None:
-            return None
-        span_s = now - self.t
-        g, _ = self.observe(now, cpu, per_second)
-        if g is None:
-            return None
-        self.pace, g = self.pace.judge(g, records, span_s)
-        return g
 
 
 @dataclass
@@ -237,7 +213,7 @@ class NodeController:
         growth: dict[str, float | None] = {}
         invalid: dict[str, int] = {}
         for cid, job in self.jobs.items():
-            g = job.cat_probe.judge(now, cpu.get(cid), self.per_second)
+            g, _ = job.cat_probe.observe(now, cpu.get(cid), self.per_second)
             if g is not None:
                 job.growth = g
             growth[cid] = g.progress if g is not None else None
