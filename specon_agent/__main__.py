@@ -138,7 +138,7 @@ def _restore_recorded(actuator: Actuator, path: Path) -> None:
     ledger = Ledger.open(path)
     actuator.attach_ledger(ledger)
     recorded = len(ledger.entries)
-    if recorded:
+    if recorded or ledger.lifted:  # a pod lifted alone (killed between writes) goes back too
         failed = actuator.restore_all()
         for cid, exc in failed.items():
             log.warning("could not restore the recorded limit of %s: %s", cid[:12], exc)
