@@ -90,6 +90,10 @@ class JobReport(_Wire):
     #: is served as if it had at most EARLY_FACTOR times this left (specon.core.progress).
     #: None when unknown, and from agents older than this field.
     work_done_s: NonNeg | None = None
+    #: The most cores the job showed it can use (a loop that sleeps or waits on I/O used less
+    #: than its limit: specon.core.progress.demand_cap); None when not known (it may use the
+    #: node), and from agents older than this field.
+    demand_cores: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] | None = None
     limit: Fraction = 1.0
     cpu_cores: NonNeg = 0.0
     #: The CPU limit its owner set (cores) when the agent has changed it (None: unchanged, or

@@ -25,7 +25,7 @@ from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
 from specon.core.node import NODE_SHARES, NodeController
 from specon.core.policy import RESEARCH, Policy, lookup, missing_rules
-from specon.core.progress import JobLoad, measured_load
+from specon.core.progress import DEMAND_MIN_WINDOW_S, JobLoad, demand_cap, measured_load
 from specon.core.scoring import Weights
 from specon.core.threads import threads_for_limit
 from specon.core.urgency import Assessment
@@ -129,6 +129,11 @@ class _Followed:
     step1: float | None = None
     cpu1: int | None = None
     load: JobLoad | None = None  # what the policy last knew of it (node share rules)
+    #: The most cores it showed it can use (specon.core.progress.demand_cap; None: not known,
+    #: the node's), and since when (monotonic s) and from which CPU counter (ns) its use under
+    #: its present limit is measured (reset when its limit changes).
+    cap: float | None = None
+    demand_mark: tuple[float, int] | None = None
     stats_seen: tuple[int, int, int] = (0, 0, 0)  # rotations, truncations, bytes
     refusal_seen: bool = False  # its progress file was refused (counted once)
     asked: bool = False  # a reallocation was asked (standalone: said once)
@@ -329,11 +334,31 @@ class Agent:
             if _measured(job) and used is not None and job.cpu1 is not None:
                 assert job.step1 is not None
                 cpu_s, steps = (used - job.cpu1) / 1e9, job.step - job.step1
+            self._measure_demand(cid, job, now, used, cpus)
             job.load = measured_load(cid, job.step, job.target.total_steps, cpu_s, cpus,
                                      view.cat.category if view else Category.PROGRESSING,
-                                     now - job.arrived, measured_steps=steps)
+                                     now - job.arrived, measured_steps=steps, cap=job.cap)
             loads.append(job.load)
         self.control.divide(self.policy.share, cpus, loads, self.weights)
+
+    def _measure_demand(self, cid: str, job: _Followed, now: float, used: int | None,
+                        cpus: float) -> None:
+        """What the job showed it can use since its limit last changed (or since the last
+        measurement), over DEMAND_MIN_WINDOW_S at least: its cap for the share rule."""
+        if used is None:
+            return
+        mark = job.demand_mark
+        if mark is None or used < mark[1]:
+            job.demand_mark = (now, used)
+            return
+        if now - mark[0] < DEMAND_MIN_WINDOW_S:
+            return
+        try:
+            limit = self.actuator.read(cid).cores
+        except ActuatorError:
+            return
+        job.cap = demand_cap((used - mark[1]) / 1e9 / (now - mark[0]), limit, cpus)
+        job.demand_mark = (now, used)
 
     # -- limits -------------------------------------------------------------------------------
     def apply(self, now: float | None = None) -> None:
@@ -353,6 +378,10 @@ class Agent:
             after = ch.after.cores if ch.after.cores is not None else math.inf
             self.metrics.limit_writes.labels("down" if after < before else "up").inc()
             self._hint_threads(ch.container_id, ch.after.cores)
+            changed = self.jobs.get(ch.container_id)
+            if changed is not None:  # its use is measured under the new limit from now
+                used = self.meter.usage_ns(ch.container_id)
+                changed.demand_mark = None if used is None else (now, used)
         gone = []
         for cid, exc in failed.items():
             self.metrics.limit_failures.labels(exc.reason).inc()
@@ -598,6 +627,7 @@ class Agent:
                 work_s=job.load.work if job.load is not None and _measured(job) else None,
                 work_done_s=(job.load.attained if job.load is not None and _measured(job)
                              else None),
+                demand_cores=job.cap,
                 checkpoint=self.checkpoint_of(job))))
         return Heartbeat(
             node=self.config.node, time=now, seq=self.seq, capacity_cpus=self.actuator.node_cpus,

@@ -330,7 +330,8 @@ class ClusterState:
                 reports += [j for j in (src.heartbeat.jobs if src else ())
                             if pod_key(j.namespace, j.pod) == key]
             jobs = tuple(reported_load(pod_key(j.namespace, j.pod), j.work_s or 0.0, rec.cpus,
-                                       j.category, attained=j.work_done_s) for j in reports)
+                                       j.category, attained=j.work_done_s, cap=j.demand_cores)
+                         for j in reports)
             out.append(NodeLoad(name, rec.cpus, 1.0, jobs))
         return out
 

@@ -48,6 +48,14 @@ EARLY_FACTOR = 2.0
 #: Cores every job keeps at least (CFS quota floor), and the share of a node the floors may take.
 FLOOR_CORES = 0.05
 FLOOR_SHARE = 0.2
+#: A job that used less than this share of its limit over an interval was not held back by it:
+#: what it used is what it needs (a loop that sleeps or waits on I/O), and a CFS quota is a hard
+#: cap, so cores given beyond that sit idle while another job is held at its floor.
+UNTHROTTLED_SHARE = 0.8
+#: Such a job's cap is what it used times this, and never below FLOOR_CORES.
+DEMAND_HEADROOM = 1.5
+#: The shortest interval whose CPU use says what a job needs (shorter: too noisy to act on).
+DEMAND_MIN_WINDOW_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,9 +276,21 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
     return plans
 
 
+def demand_cap(used_cores: float, limit_cores: float | None, cpus: float) -> float:
+    """The most cores a job on a real node can use (:attr:`JobLoad.cap`), from what it used
+    over an interval under a limit of ``limit_cores`` (None: unlimited): the node's CPUs while
+    the limit may have held it back (it used at least UNTHROTTLED_SHARE of it), else what it
+    used with DEMAND_HEADROOM. A job that needs more than that reaches its cap, is held back
+    by it, and gets the node's CPUs as its cap again at the next interval."""
+    limit = cpus if limit_cores is None else min(limit_cores, cpus)
+    if not used_cores >= 0 or used_cores >= UNTHROTTLED_SHARE * limit - 1e-9:
+        return cpus
+    return min(cpus, max(FLOOR_CORES, used_cores * DEMAND_HEADROOM))
+
+
 def measured_load(name: str, step: float, total: float | None, cpu_s: float, cpus: float,
                   category: Category = Category.PROGRESSING, age_s: float = 0.0,
-                  measured_steps: float | None = None) -> JobLoad:
+                  measured_steps: float | None = None, cap: float | None = None) -> JobLoad:
     """A job as a node agent measures it: at step ``step``, ``measured_steps`` of them (all by
     default) done in ``cpu_s`` CPU-seconds since it was first seen, ``total`` steps in all when
     the pod declares them (``specon.io/total-steps``), ``age_s`` seconds since it arrived.
@@ -278,26 +298,30 @@ def measured_load(name: str, step: float, total: float | None, cpu_s: float, cpu
     Its work left is (total − step) × CPU-seconds per step, or, without a total, as much again
     as it has done (what the simulator assumes of a job that declares none). Its speed-up is
     not known on a real node: linear up to the node's CPUs (its limit is a cap, and CPU it
-    cannot use flows to the others). A job with no step measured yet has no work figure and
-    is served first, as FlowCon serves a new job: it gets the node until it is measured.
+    cannot use is given to the others: ``cap``, :func:`demand_cap`, when its use shows it
+    needs less). A job with no step measured yet has no work figure and is served first, as
+    FlowCon serves a new job: it gets the node until it is measured.
     """
     done = step if measured_steps is None else measured_steps
     if done <= 0 or cpu_s <= 0:
-        return reported_load(name, 0.0, cpus, category)
+        return reported_load(name, 0.0, cpus, category, cap=cap)
     per_step = cpu_s / done
     left = max(0.0, total - step) if total is not None else step
-    starved = total is not None and age_s > STARVED * total * per_step / cpus
+    rate = cpus if cap is None else min(cap, cpus)
+    starved = total is not None and age_s > STARVED * total * per_step / rate
     return reported_load(name, max(0.0, left) * per_step, cpus, category, starved,
-                         attained=step * per_step)
+                         attained=step * per_step, cap=cap)
 
 
 def reported_load(name: str, work: float, cpus: float,
                   category: Category = Category.PROGRESSING, starved: bool = False,
-                  attained: float | None = None) -> JobLoad:
+                  attained: float | None = None, cap: float | None = None) -> JobLoad:
     """A job on a real node of ``cpus`` CPUs with ``work`` CPU-seconds left (what its agent
-    reports): its speed-up is not known there, so linear up to the node's CPUs."""
-    curve = Curve.of([(1.0, 1.0)] if cpus <= 1 else [(1.0, 1.0), (cpus, cpus)])
-    return JobLoad(name, work, curve, cpus, category, starved=starved, attained=attained)
+    reports): its speed-up is not known there, so linear up to the node's CPUs, or up to
+    ``cap`` cores when its use shows it needs no more (:func:`demand_cap`)."""
+    top = cpus if cap is None or not 0 < cap < cpus else cap
+    curve = Curve.of([(1.0, 1.0)] if top <= 1 else [(1.0, 1.0), (top, top)])
+    return JobLoad(name, work, curve, top, category, starved=starved, attained=attained)
 
 
 def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,

@@ -145,3 +145,49 @@ def test_an_old_policy_name_is_read_as_its_new_one_with_a_warning(
     assert any(f"'{old}' is now called '{new}'" in r.getMessage() for r in caplog.records)
     with pytest.raises(SettingsProblem, match=r"unknown policy 'fifo' \(known: default, "):
         load_settings(["--policy", "fifo"])
+
+
+class LimitsAsWritten(Actuator):
+    """Reads back the limit the node controller decided (what the kernel would hold)."""
+
+    agent: Agent | None = None
+
+    def read(self, container_id: str):  # type: ignore[no-untyped-def]
+        from specon_agent.actuators.base import CpuLimit
+
+        assert self.agent is not None
+        share = self.agent.control.limits.get(container_id)
+        return CpuLimit(None if share is None else round(share * self.node_cpus * 100_000),
+                        100_000)
+
+
+def test_a_job_that_cannot_use_its_cores_leaves_them_to_one_held_at_its_floor() -> None:
+    """Seen on real nodes: a loop that sleeps between steps has little CPU work left, so the
+    shortest-work-first rule gave it nearly the node while the CNN beside it, with the most
+    work left, was held at the 0.05-core floor; a CFS quota is a hard cap, so the cores the
+    sleeper could not use sat idle. Its use under its limit now caps it (demand_cap)."""
+    meter = Meter()
+    actuator = LimitsAsWritten(node_cpus=2)
+    agent = Agent(LoopConfig(node="n", policy="progress"), actuator, meter)  # type: ignore[arg-type]
+    actuator.agent = agent
+    sleepers, cnn = (SHORT, NEW), LONG
+    for cid in (*sleepers, cnn):
+        follow(agent, meter, cid, total=1000)
+        first_step(agent, cid, 0, 0)
+        agent.jobs[cid].step = 100
+    # 0.01 CPU-second a step for the sleepers, 1 for the CNN
+    meter.ns.update({SHORT: 10**9, NEW: 10**9, cnn: 100 * 10**9})
+    agent._divide(60.0)
+    before = {cid: v * 2 for cid, v in agent.control.limits.items()}
+    assert min(before[s] for s in sleepers) > 0.9 and before[cnn] < 0.2, before
+    # ten seconds later each sleeper used 0.05 cores under its limit of more than 0.9
+    for s in sleepers:
+        meter.ns[s] += int(0.05 * 10 * 10**9)
+    meter.ns[cnn] += int(before[cnn] * 10 * 10**9)
+    agent._divide(70.0)
+    after = {cid: v * 2 for cid, v in agent.control.limits.items()}
+    assert all(after[s] == pytest.approx(0.075, abs=0.01) for s in sleepers), after
+    assert after[cnn] > 1.8, after
+    report = {j.pod: j for j in agent.heartbeat(71.0).jobs}
+    assert report[f"p-{SHORT}"].demand_cores == pytest.approx(0.075)
+    assert report[f"p-{cnn}"].demand_cores == 2  # held back by its limit: it may use the node

@@ -105,3 +105,18 @@ def test_a_move_happens_only_when_it_pays():
     assert plan_moves([crowded, idle], {"a": 5}, frozenset()) == []  # nothing movable
     assert plan_moves([crowded, idle], {"a": 5}, frozenset("abc"),
                       busy=frozenset({"idle"})) == []
+
+
+def test_a_job_that_used_less_than_its_limit_is_capped_near_its_use_and_the_rest_flows() -> None:
+    from specon.core.progress import demand_cap, node_shares, reported_load
+
+    assert demand_cap(0.05, 1.0, 2.0) == pytest.approx(0.075)  # slept: capped near its use
+    assert demand_cap(0.01, 1.0, 2.0) == pytest.approx(0.05)  # never below the floor
+    assert demand_cap(0.9, 1.0, 2.0) == 2.0  # held back by its limit: may use the node
+    assert demand_cap(0.04, 0.05, 2.0) == 2.0  # at its floor: not known what it needs
+    assert demand_cap(0.05, None, 2.0) == pytest.approx(0.075)  # unlimited, used little
+    assert demand_cap(float("nan"), 1.0, 2.0) == 2.0
+    sleeper = reported_load("sleeper", 10.0, 2.0, cap=0.075)
+    cnn = reported_load("cnn", 900.0, 2.0)
+    shares = node_shares(2.0, [sleeper, cnn])
+    assert shares["sleeper"] == pytest.approx(0.075) and shares["cnn"] > 1.9, shares
