@@ -133,7 +133,7 @@ class _Followed:
     #: the node's), and since when (monotonic s) and from which CPU counter (ns) its use under
     #: its present limit is measured (reset when its limit changes).
     cap: float | None = None
-    demand_mark: tuple[float, int] | None = None
+    demand_mark: tuple[float, int, int | None] | None = None
     stats_seen: tuple[int, int, int] = (0, 0, 0)  # rotations, truncations, bytes
     refusal_seen: bool = False  # its progress file was refused (counted once)
     asked: bool = False  # a reallocation was asked (standalone: said once)
@@ -344,12 +344,13 @@ class Agent:
     def _measure_demand(self, cid: str, job: _Followed, now: float, used: int | None,
                         cpus: float) -> None:
         """What the job showed it can use since its limit last changed (or since the last
-        measurement), over DEMAND_MIN_WINDOW_S at least: its cap for the share rule."""
+        measurement), over DEMAND_MIN_WINDOW_S at least, and how long it waited for a CPU
+        meanwhile: its cap for the share rule (demand_cap)."""
         if used is None:
             return
-        mark = job.demand_mark
+        mark, waited = job.demand_mark, self.meter.wait_ns(cid)
         if mark is None or used < mark[1]:
-            job.demand_mark = (now, used)
+            job.demand_mark = (now, used, waited)
             return
         if now - mark[0] < DEMAND_MIN_WINDOW_S:
             return
@@ -357,8 +358,11 @@ class Agent:
             limit = self.actuator.read(cid).cores
         except ActuatorError:
             return
-        job.cap = demand_cap((used - mark[1]) / 1e9 / (now - mark[0]), limit, cpus)
-        job.demand_mark = (now, used)
+        window = now - mark[0]
+        share = (None if waited is None or mark[2] is None or waited < mark[2]
+                 else (waited - mark[2]) / 1e9 / window)
+        job.cap = demand_cap((used - mark[1]) / 1e9 / window, limit, cpus, share)
+        job.demand_mark = (now, used, waited)
 
     # -- limits -------------------------------------------------------------------------------
     def apply(self, now: float | None = None) -> None:
@@ -381,7 +385,8 @@ class Agent:
             changed = self.jobs.get(ch.container_id)
             if changed is not None:  # its use is measured under the new limit from now
                 used = self.meter.usage_ns(ch.container_id)
-                changed.demand_mark = None if used is None else (now, used)
+                changed.demand_mark = (None if used is None
+                                       else (now, used, self.meter.wait_ns(ch.container_id)))
         gone = []
         for cid, exc in failed.items():
             self.metrics.limit_failures.labels(exc.reason).inc()

@@ -14,7 +14,8 @@ log = logging.getLogger(__name__)
 
 
 class CpuMeter:
-    """``usage_ns(cid)``: the container's total CPU time so far in ns, None when unknown."""
+    """``usage_ns(cid)``: the container's total CPU time so far in ns, None when unknown;
+    ``wait_ns(cid)``: how long it waited for a CPU so far."""
 
     def __init__(self, cgroup_root: Path | None = None, docker_client: Any = None) -> None:
         self._cgroup: CgroupActuator | None
@@ -41,6 +42,17 @@ class CpuMeter:
             except Exception as exc:  # the engine away or the container gone: unknown
                 log.debug("engine stats of %s: %s", cid[:12], exc)
         return None
+
+    def wait_ns(self, cid: str) -> int | None:
+        """How long some thread of the container has waited for a CPU so far, in ns (its
+        cgroup's PSI ``cpu.pressure``), None when unknown (no PSI, or no cgroup readable)."""
+        if self._cgroup is None:
+            return None
+        try:
+            return self._cgroup.cpu_wait_ns(cid)
+        except (ActuatorError, ValueError, OSError) as exc:
+            log.debug("cgroup CPU pressure of %s: %s", cid[:12], exc)
+            return None
 
     def forget(self, cid: str) -> None:
         if self._cgroup is not None:

@@ -48,10 +48,18 @@ EARLY_FACTOR = 2.0
 #: Cores every job keeps at least (CFS quota floor), and the share of a node the floors may take.
 FLOOR_CORES = 0.05
 FLOOR_SHARE = 0.2
-#: A job that used less than this share of its limit over an interval was not held back by it:
-#: what it used is what it needs (a loop that sleeps or waits on I/O), and a CFS quota is a hard
-#: cap, so cores given beyond that sit idle while another job is held at its floor.
+#: A job that used less than this share of its limit over an interval, and whose threads did
+#: not wait for a CPU (WAITED_SHARE), was not held back: what it used is what it needs (a loop
+#: that sleeps or waits on I/O), and a CFS quota is a hard cap, so cores given beyond that sit
+#: idle while another job is held at its floor.
 UNTHROTTLED_SHARE = 0.8
+#: A job was held back (by its own quota or by a busy host) when some thread of it waited for a
+#: CPU (its cgroup's PSI ``cpu.pressure`` "some", which counts both) for at least this share of
+#: the interval times the cores it did not use (at most one). Measured on a 2-core host (kernel
+#: 6.18, tests/agent/test_cpu_pressure.py): a loop throttled to 0.2 core waited 42-80% of the
+#: time, three busy threads on two cores 50%, a loop that sleeps 1%. Use under a limit alone
+#: cannot tell "does not need" from "cannot get"; a low bar keeps a job in doubt uncapped.
+WAITED_SHARE = 0.25
 #: Such a job's cap is what it used times this, and never below FLOOR_CORES.
 DEMAND_HEADROOM = 1.5
 #: The shortest interval whose CPU use says what a job needs (shorter: too noisy to act on).
@@ -276,14 +284,19 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
     return plans
 
 
-def demand_cap(used_cores: float, limit_cores: float | None, cpus: float) -> float:
+def demand_cap(used_cores: float, limit_cores: float | None, cpus: float,
+               waited: float | None) -> float:
     """The most cores a job on a real node can use (:attr:`JobLoad.cap`), from what it used
-    over an interval under a limit of ``limit_cores`` (None: unlimited): the node's CPUs while
-    the limit may have held it back (it used at least UNTHROTTLED_SHARE of it), else what it
-    used with DEMAND_HEADROOM. A job that needs more than that reaches its cap, is held back
-    by it, and gets the node's CPUs as its cap again at the next interval."""
+    (``used_cores``) over an interval under a limit of ``limit_cores`` (None: unlimited), and
+    the share of that interval some thread of it waited for a CPU (``waited``, 0..1; None: not
+    known). The node's CPUs while it may have been held back: it used at least
+    UNTHROTTLED_SHARE of its limit, or it waited (WAITED_SHARE), or its waiting is not known;
+    else what it used with DEMAND_HEADROOM. A job that needs more than that reaches its cap,
+    waits, and gets the node's CPUs as its cap again at the next interval."""
     limit = cpus if limit_cores is None else min(limit_cores, cpus)
     if not used_cores >= 0 or used_cores >= UNTHROTTLED_SHARE * limit - 1e-9:
+        return cpus
+    if waited is None or not waited < WAITED_SHARE * min(1.0, limit - used_cores):
         return cpus
     return min(cpus, max(FLOOR_CORES, used_cores * DEMAND_HEADROOM))
 

@@ -257,6 +257,31 @@ class CgroupActuator(Actuator):
                 return int(self._read_file(container_id, usage))
         raise ContainerGone(container_id, "no cpuacct.usage for this container")
 
+    def cpu_wait_ns(self, container_id: str) -> int:
+        """How long some thread of the container has waited for a CPU so far (ns): PSI's
+        ``cpu.pressure`` "some" total, which counts waiting on a busy host and on the
+        container's own quota alike. v2: in its cgroup; v1: in the same path of the unified
+        hierarchy mounted beside the controllers (``unified``, on hybrid hosts)."""
+        path = self.find(container_id)
+        if self.version == 2:
+            pressure = path / "cpu.pressure"
+        else:
+            relative = path.relative_to(self.root)
+            top = next((p for p in (self.root, *self.root.parents)
+                        if p.name in ("cpu", "cpu,cpuacct")), self.root)
+            pressure = top.parent / "unified" / self.root.relative_to(top) / relative / (
+                "cpu.pressure")
+            if not pressure.exists():
+                raise ActuatorUnavailable(container_id, "no unified hierarchy with cpu.pressure")
+        for line in self._read_file(container_id, pressure).splitlines():
+            kind, _, fields = line.partition(" ")
+            if kind == "some":
+                for field in fields.split():
+                    key, _, value = field.partition("=")
+                    if key == "total" and value.isdigit() and len(value) < 20:
+                        return int(value) * 1000
+        raise ActuatorError(container_id, "cpu.pressure has no 'some' total")
+
     def restore(self, container_id: str) -> LimitChange | None:
         try:
             change = super().restore(container_id)

@@ -14,13 +14,17 @@ class Actuator(CgroupActuator):
 
 
 class Meter:
-    """CPU counters (ns) the test sets."""
+    """CPU counters (ns) the test sets: use, and time spent waiting for a CPU (PSI)."""
 
     def __init__(self) -> None:
         self.ns: dict[str, int] = {}
+        self.waited: dict[str, int] = {}
 
     def usage_ns(self, cid: str) -> int | None:
         return self.ns.get(cid)
+
+    def wait_ns(self, cid: str) -> int | None:
+        return self.waited.get(cid)
 
     def forget(self, cid: str) -> None:
         self.ns.pop(cid, None)

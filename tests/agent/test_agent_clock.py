@@ -49,6 +49,9 @@ class Meter:
     def usage_ns(self, cid: str) -> int | None:
         return None
 
+    def wait_ns(self, cid: str) -> int | None:
+        return None
+
     def forget(self, cid: str) -> None:
         pass
 

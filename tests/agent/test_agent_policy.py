@@ -177,13 +177,17 @@ def test_a_job_that_cannot_use_its_cores_leaves_them_to_one_held_at_its_floor() 
         agent.jobs[cid].step = 100
     # 0.01 CPU-second a step for the sleepers, 1 for the CNN
     meter.ns.update({SHORT: 10**9, NEW: 10**9, cnn: 100 * 10**9})
+    meter.waited.update(dict.fromkeys((*sleepers, cnn), 0))
     agent._divide(60.0)
     before = {cid: v * 2 for cid, v in agent.control.limits.items()}
     assert min(before[s] for s in sleepers) > 0.9 and before[cnn] < 0.2, before
     # ten seconds later each sleeper used 0.05 cores under its limit of more than 0.9
+    # (waiting for a CPU 0.1% of the time); the CNN used its limit and waited on its quota
     for s in sleepers:
         meter.ns[s] += int(0.05 * 10 * 10**9)
+        meter.waited[s] += 10**7
     meter.ns[cnn] += int(before[cnn] * 10 * 10**9)
+    meter.waited[cnn] += 9 * 10**9
     agent._divide(70.0)
     after = {cid: v * 2 for cid, v in agent.control.limits.items()}
     assert all(after[s] == pytest.approx(0.075, abs=0.01) for s in sleepers), after
@@ -191,3 +195,31 @@ def test_a_job_that_cannot_use_its_cores_leaves_them_to_one_held_at_its_floor() 
     report = {j.pod: j for j in agent.heartbeat(71.0).jobs}
     assert report[f"p-{SHORT}"].demand_cores == pytest.approx(0.075)
     assert report[f"p-{cnn}"].demand_cores == 2  # held back by its limit: it may use the node
+
+
+def test_a_job_held_back_by_a_busy_host_keeps_its_cores() -> None:
+    """Seen on the Docker Engine beside other work: CPU-bound jobs got under 80% of their
+    limits because the host was busy, were taken for jobs that need less, and every limit
+    shrank. Their threads waited for a CPU meanwhile (PSI), so they are not capped; a job
+    whose waiting cannot be measured is never capped."""
+    meter = Meter()
+    actuator = LimitsAsWritten(node_cpus=2)
+    agent = Agent(LoopConfig(node="n", policy="progress"), actuator, meter)  # type: ignore[arg-type]
+    actuator.agent = agent
+    busy, unknown = SHORT, NEW
+    for cid in (busy, unknown):
+        follow(agent, meter, cid, total=1000)
+        first_step(agent, cid, 0, 0)
+        agent.jobs[cid].step = 100
+    meter.ns.update({busy: 50 * 10**9, unknown: 50 * 10**9})
+    meter.waited[busy] = 0
+    agent._divide(60.0)
+    before = {cid: v * 2 for cid, v in agent.control.limits.items()}
+    # Ten seconds later each used half its limit; the busy one waited half the time
+    for cid in (busy, unknown):
+        meter.ns[cid] += int(before[cid] / 2 * 10 * 10**9)
+    meter.waited[busy] += 5 * 10**9
+    agent._divide(70.0)
+    assert agent.jobs[busy].cap == 2 and agent.jobs[unknown].cap == 2
+    after = {cid: v * 2 for cid, v in agent.control.limits.items()}
+    assert after == pytest.approx(before), (before, after)

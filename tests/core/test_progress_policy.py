@@ -110,12 +110,20 @@ def test_a_move_happens_only_when_it_pays():
 def test_a_job_that_used_less_than_its_limit_is_capped_near_its_use_and_the_rest_flows() -> None:
     from specon.core.progress import demand_cap, node_shares, reported_load
 
-    assert demand_cap(0.05, 1.0, 2.0) == pytest.approx(0.075)  # slept: capped near its use
-    assert demand_cap(0.01, 1.0, 2.0) == pytest.approx(0.05)  # never below the floor
-    assert demand_cap(0.9, 1.0, 2.0) == 2.0  # held back by its limit: may use the node
-    assert demand_cap(0.04, 0.05, 2.0) == 2.0  # at its floor: not known what it needs
-    assert demand_cap(0.05, None, 2.0) == pytest.approx(0.075)  # unlimited, used little
-    assert demand_cap(float("nan"), 1.0, 2.0) == 2.0
+    assert demand_cap(0.05, 1.0, 2.0, 0.001) == pytest.approx(0.075)  # slept: capped near use
+    assert demand_cap(0.01, 1.0, 2.0, 0.0) == pytest.approx(0.05)  # never below the floor
+    assert demand_cap(0.9, 1.0, 2.0, 0.0) == 2.0  # held back by its limit: may use the node
+    assert demand_cap(0.04, 0.05, 2.0, 0.0) == 2.0  # at its floor: not known what it needs
+    assert demand_cap(0.05, None, 2.0, 0.0) == pytest.approx(0.075)  # unlimited, used little
+    assert demand_cap(float("nan"), 1.0, 2.0, 0.0) == 2.0
+    # Used half its limit because the host was busy: its thread waited half the time
+    assert demand_cap(0.5, 1.0, 2.0, 0.5) == 2.0
+    # Two threads held to 1 core of a 2-core limit by a busy host: one always waiting
+    assert demand_cap(1.0, 2.0, 2.0, 0.9) == 2.0
+    # A sleeper on a busy host waits a little when it wakes: still capped near its use
+    assert demand_cap(0.1, 1.0, 2.0, 0.1) == pytest.approx(0.15)
+    # Waiting not known (no PSI): never capped
+    assert demand_cap(0.05, 1.0, 2.0, None) == 2.0
     sleeper = reported_load("sleeper", 10.0, 2.0, cap=0.075)
     cnn = reported_load("cnn", 900.0, 2.0)
     shares = node_shares(2.0, [sleeper, cnn])

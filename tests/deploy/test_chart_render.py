@@ -153,11 +153,20 @@ def test_agent_gets_exactly_its_actuators_host_access(
         objs = docs(render(plane_bin, home, {"agent.actuator": "cgroup",
                                              "agent.cgroup.cpuSubPath": "cpu\\,cpuacct",
                                              "agent.cgroup.kubepodsPath": "kubepods"}))
-        assert host_access(objs) == {**STATE, "/sys/fs/cgroup/cpu,cpuacct/kubepods": False}
+        # cgroup v1: the unified hierarchy too, read-only (PSI cpu.pressure)
+        unified = {"/sys/fs/cgroup/unified": True}
+        assert host_access(objs) == {**STATE, **unified,
+                                     "/sys/fs/cgroup/cpu,cpuacct/kubepods": False}
         env = env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])
         assert env["SPECON_AGENT_CGROUP_ROOT"] == "/host/cgroup/cpu,cpuacct/kubepods"
         objs = docs(render(plane_bin, home, {"agent.actuator": "cgroup",
                                              "agent.cgroup.cpuSubPath": "cpu",
+                                             "agent.cgroup.kubepodsPath": "kubepods"}))
+        assert host_access(objs) == {**STATE, **unified, "/sys/fs/cgroup/cpu/kubepods": False,
+                                     "/sys/fs/cgroup/cpuacct/kubepods": True}
+        objs = docs(render(plane_bin, home, {"agent.actuator": "cgroup",
+                                             "agent.cgroup.cpuSubPath": "cpu",
+                                             "agent.cgroup.unifiedSubPath": "",
                                              "agent.cgroup.kubepodsPath": "kubepods"}))
         assert host_access(objs) == {**STATE, "/sys/fs/cgroup/cpu/kubepods": False,
                                      "/sys/fs/cgroup/cpuacct/kubepods": True}
