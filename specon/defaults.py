@@ -27,8 +27,3 @@ QOS_FLOOR_CORES = 0.05
 #: The policy that ships (specon.core.policy): the progress-aware one, chosen on the random
 #: suite (docs/parameters.md, "Which policy ships").
 POLICY = "progress"
-#: The chart's default on a cluster (manager.policy), for now the research's: on real nodes
-#: (tests/nodes/test_e2e.py, 2026-11-24) the progress-aware policy's move planner never moved
-#: the user guide's converged example job within 7 minutes, so the guide's migration did not
-#: happen; POLICY is selected with ``manager.policy: progress`` (docs/parameters.md).
-CLUSTER_POLICY = "paper"

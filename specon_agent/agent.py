@@ -24,7 +24,7 @@ from specon import defaults
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams, FlowList
 from specon.core.node import NODE_SHARES, NodeController
-from specon.core.policy import RESEARCH, Policy, lookup, missing_rules
+from specon.core.policy import Policy, lookup, missing_rules
 from specon.core.progress import DEMAND_MIN_WINDOW_S, JobLoad, demand_cap, measured_load
 from specon.core.scoring import Weights
 from specon.core.threads import threads_for_limit
@@ -84,7 +84,7 @@ class LoopConfig:
     qos_floor_cores: float = defaults.QOS_FLOOR_CORES
     #: The scheduling policy (specon.core.policy) whose node rules the agent runs: FlowCon or
     #: a node share rule, and whether it asks the manager to move converged jobs.
-    policy: str = RESEARCH
+    policy: str = defaults.POLICY
 
     def flow_params(self) -> FlowConParams:
         itval = self.flowcon_interval_s or self.interval_s

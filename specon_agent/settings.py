@@ -122,11 +122,11 @@ class AgentSettings(BaseSettings):
     flowcon_max_interval_s: float = Field(defaults.FLOWCON_MAX_INTERVAL_S, gt=0,
                                           description="FlowCon back-off cap (s)")
     policy: str = Field(
-        "paper", description="scheduling policy whose node rules the agent runs (specon.core."
-        "policy): 'paper' (FlowCon and Algorithm 3's requests, the research's) or "
-        "'progress' (CPU by work left, the progress-aware policy; the chart sets the "
-        "manager's policy here); an old name ('specon+flowcon') is read as its new one, with a "
-        "warning, until the next release")
+        defaults.POLICY, description="scheduling policy whose node rules the agent runs "
+        "(specon.core.policy): 'progress' (the default: CPU by work left, the progress-aware "
+        "policy) or 'paper' (FlowCon and Algorithm 3's requests, the research's); the chart "
+        "sets the manager's policy here; an old name ('specon+flowcon') is read as its new "
+        "one, with a warning, until the next release")
     poll_s: float = Field(2.0, gt=0, le=60, description="how often logs are read (s)")
     tail_bytes: int = Field(
         1 << 20, ge=4096, description="at most this much of an existing log is read on discovery")

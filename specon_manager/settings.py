@@ -115,11 +115,11 @@ class ManagerSettings(BaseSettings):
 
     # -- the scheduling policy (specon.core.policy) ---------------------------------------------
     #: Its placement rule scores nodes in the extender; its move rule decides what moves:
-    #: ``paper`` (the research's: Algorithm 4 on the agents' requests, Algorithm 5's rounds),
-    #: ``progress`` (the progress-aware one: placement and moves by predicted completion). Set
-    #: the agents' ``policy`` to the same name (the chart does). An old name
+    #: ``progress`` (the default, the one that ships: placement and moves by predicted
+    #: completion), ``paper`` (the research's: Algorithm 4 on the agents' requests, Algorithm
+    #: 5's rounds). Set the agents' ``policy`` to the same name (the chart does). An old name
     #: (``specon+flowcon``) is read as its new one, with a warning, until the next release.
-    policy: str = "paper"
+    policy: str = defaults.POLICY
 
     # -- which pods are ours ------------------------------------------------------------------
     #: Pods with this scheduler name are training jobs (as are pods with the training label).

@@ -71,8 +71,11 @@ def test_the_progress_policy_gives_the_node_to_the_job_with_least_work_left() ->
 
 def test_the_research_policy_keeps_flowcon_and_asks_to_move() -> None:
     meter = Meter()
-    agent = Agent(LoopConfig(node="n"), CgroupActuator(node_cpus=4), meter)  # type: ignore[arg-type]
+    agent = Agent(LoopConfig(node="n", policy="paper"), CgroupActuator(node_cpus=4),
+                  meter)  # type: ignore[arg-type]
     assert agent.policy.name == "paper" and agent.policy.flowcon and agent.policy.asks_to_move
+    shipped = Agent(LoopConfig(node="n"), CgroupActuator(node_cpus=4), meter)  # type: ignore[arg-type]
+    assert shipped.policy.name == "progress" and not shipped.policy.flowcon
     for cid in (LONG, SHORT):
         follow(agent, meter, cid, total=None)
     agent._divide(1.0)

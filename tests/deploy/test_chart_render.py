@@ -80,9 +80,14 @@ def test_defaults_are_the_shipped_parameters(plane_bin: Path, home: Path) -> Non
             float(env["SPECON_MANAGER_WEIGHT_WATCHING"]),
             float(env["SPECON_MANAGER_WEIGHT_CONVERGED"])) == defaults.WEIGHTS
     agent_env = env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])
-    # the chart's policy (docs/parameters.md, "What ships"), the same for manager and agents
-    assert env["SPECON_MANAGER_POLICY"] == agent_env["SPECON_AGENT_POLICY"] == (
-        defaults.CLUSTER_POLICY)
+    # the shipped policy (docs/parameters.md, "What ships"), the same for manager and agents,
+    # and the programs' own defaults the same again
+    from specon_agent.settings import AgentSettings as Agent
+    from specon_manager.settings import ManagerSettings as Manager
+
+    assert env["SPECON_MANAGER_POLICY"] == agent_env["SPECON_AGENT_POLICY"] == defaults.POLICY
+    assert Manager.model_fields["policy"].default == Agent.model_fields["policy"].default == (
+        defaults.POLICY)
     assert float(agent_env["SPECON_AGENT_ALPHA"]) == defaults.ALPHA
     assert float(agent_env["SPECON_AGENT_INTERVAL_S"]) == defaults.INTERVAL_S
     # Every setting the chart passes is one the programs know (their settings forbid extras).

@@ -105,7 +105,7 @@ def test_a_policy_the_manager_cannot_run_is_refused_by_name() -> None:
     finally:
         POLICIES.pop("toy-coin")
     assert ManagerSettings(kubernetes=False, policy="progress").policy == "progress"
-    assert ManagerSettings(kubernetes=False).policy == "paper"
+    assert ManagerSettings(kubernetes=False).policy == "progress"
 
 
 @pytest.mark.parametrize(("old", "new"), [("specon+flowcon", "progress"),

@@ -1,14 +1,15 @@
 """The user's path, end to end on two real nodes: `helm install` the chart (manager, agents and
 specon-scheduler run as real pods), `kubectl apply` the training Jobs of deploy/examples, the
 agent follows their losses and changes their CPU limits (read back from the cgroup files),
-the converged migratable job is checkpointed, evicted and restored on the other node (a
-`helm upgrade` replacing the manager and every agent while that migration is in flight), where
-it finishes with its loss curve continuing, and `helm uninstall` leaves every container's limit
-as its owner set it.
+the migratable job is checkpointed, evicted and restored on the other node once the shipped
+policy predicts the move pays (a `helm upgrade` replacing the manager and every agent while that
+migration is in flight), where it finishes with its loss curve continuing, and `helm uninstall`
+leaves every container's limit as its owner set it.
 
-The install is docs/user-guide.md's, with this machine's registry name and storage class, the
-cgroup v1 layout of this host (`agent.cgroup.cpuSubPath`), and short intervals so that a job
-converges within a minute."""
+The install is docs/user-guide.md's, under the chart's default policy, with this machine's
+registry name and storage class, the cgroup v1 layout of this host (`agent.cgroup.cpuSubPath`),
+and a clock compressed six times so that a job converges within a minute: 10 s intervals
+instead of 60, so a 10 s planning round and a 20 s default move cost instead of 60 and 120."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -68,6 +70,8 @@ def install_args(images: dict[str, str]) -> list[str]:
             "--set-string", f"agent.cgroup.cpuSubPath={sub}",
             "--set", "agent.cgroup.kubepodsPath=kubepods",
             "--set", "algorithm.intervalSeconds=10", "--set", "manager.heartbeat.intervalSeconds=2",
+            "--set", "manager.rebalance.periodSeconds=10",
+            "--set", "manager.migration.costSeconds=20",
             "--wait", "--timeout", "6m"]
 
 
@@ -281,7 +285,7 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
                 + k("get", "events", "-n", training, "--sort-by=.lastTimestamp").stdout[-3000:]
                 + "\n" + "\n".join(json.dumps(r) for r in progress_records(progress)[-5:]))
 
-    replacement = wait_for("the converged job to be restored on the other node", moved,
+    replacement = wait_for("the migratable job to be restored on the other node", moved,
                            timeout=420, every=1, diagnose=status)
     assert upgrade.get("in_flight"), f"the upgrade came after the migration: {upgrade}"
 
@@ -321,10 +325,16 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     args = docs[-1]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert losses[-1][0] == int(args[args.index("--iterations") + 1])  # it ran to its end
     first_loss = losses[0][1]
-    # Continuing, not starting over: the loss right after the restore is where it was before
-    # the stop, far below the untrained loss that a fresh start reports first.
-    assert abs(after[0] - before[-1]) < 0.05 * first_loss, (before[-3:], after[:3])
-    assert after[0] < 0.2 * first_loss and all(math.isfinite(x) for x in after)
+    # Continuing, not starting over: the first loss after the restore lies among the losses
+    # logged around the stop step (their own spread, twice, is the noise allowed), and far
+    # from the untrained loss that a fresh start reports first.
+    window = before[-5:]
+    lo, hi = min(window), max(window)
+    slack = 2 * (hi - lo) + 1e-3 * abs(first_loss)
+    assert lo - slack <= after[0] <= hi + slack, (window, after[:3])
+    middle = statistics.median(window)
+    assert abs(after[0] - middle) < 0.5 * abs(first_loss - middle), (first_loss, window, after[:3])
+    assert all(math.isfinite(x) for x in after)
     # The move is the agent's request answered (specon.io/migrated) or, when the manager's
     # rebalancing round came first with the second node empty, a rebalance
     # (specon.io/rebalanced): both are the policy's moves, and whichever comes first wins.
