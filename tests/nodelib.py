@@ -154,8 +154,8 @@ class CgroupTree:
             runtime.mkdir(exist_ok=True)
             return f"/{self.name}/{node}", runtime / "cgroup.procs"
         for ctrl, mount in h.items():
-            if ctrl == "":
-                continue  # the hybrid host's empty v2 mount: runc manages it itself
+            # The hybrid host's v2 mount (no controllers): runc makes each container's cgroup
+            # there too (its PSI files: the agent reads cpu.pressure), below the node's folder.
             for d in (mount / self.name, mount / self.name / node,
                       mount / self.name / node / "kubepods"):
                 d.mkdir(exist_ok=True)
@@ -172,13 +172,15 @@ class CgroupTree:
         """What makes ``node`` look like a machine of its own to the chart's DaemonSet: in the
         node's mount namespace, its kubelet's pods subtree (``/name/node/kubepods``) is bound at
         the canonical ``<hierarchy>/kubepods`` of each hierarchy the agent mounts (those with
-        ``cpu`` or ``cpuacct``, or the v2 mount), where a cgroupfs-driver kubelet on a real host
-        keeps it: one ``agent.cgroup.kubepodsPath`` (``kubepods``, docs/user-guide.md) then
-        serves both nodes. The mount points are empty cgroups on the host, left in place (a
-        concurrent session's node may be bound on them)."""
+        ``cpu`` or ``cpuacct``, and the v2 mount: on a hybrid host its ``unified`` one), where a
+        cgroupfs-driver kubelet on a real host keeps it: one ``agent.cgroup.kubepodsPath``
+        (``kubepods``, docs/user-guide.md) then serves both nodes. The mount points are empty
+        cgroups on the host, left in place (a concurrent session's node may be bound on
+        them)."""
         out = []
         for ctrl, mount in hierarchies().items():
-            wanted = ({"cpu", "cpuacct"} & set(ctrl.split(","))) if ctrl else v2_only()
+            # the v2 mount: the hierarchy (v2 only) or, on a hybrid host, the PSI files
+            wanted = ({"cpu", "cpuacct"} & set(ctrl.split(","))) if ctrl else True
             if wanted:
                 out.append((mount / self.name / node / "kubepods", mount / "kubepods"))
         return out

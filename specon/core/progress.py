@@ -55,11 +55,13 @@ FLOOR_SHARE = 0.2
 UNTHROTTLED_SHARE = 0.8
 #: A job was held back (by its own quota or by a busy host) when some thread of it waited for a
 #: CPU (its cgroup's PSI ``cpu.pressure`` "some", which counts both) for at least this share of
-#: the interval times the cores it did not use (at most one). Measured on a 2-core host (kernel
-#: 6.18, tests/agent/test_cpu_pressure.py): a loop throttled to 0.2 core waited 42-80% of the
-#: time, three busy threads on two cores 50%, a loop that sleeps 1%. Use under a limit alone
-#: cannot tell "does not need" from "cannot get"; a low bar keeps a job in doubt uncapped.
-WAITED_SHARE = 0.25
+#: the interval. Measured on a 2-core host (kernel 6.18, tests/agent/test_cpu_pressure.py): a
+#: loop throttled to 0.2 core waited 42-80% of the time, three busy threads on two cores 50%, a
+#: loop that sleeps 1%. Use under a limit alone cannot tell "does not need" from "cannot get".
+#: An absolute share, not one scaled by the cores left unused: on the real-node e2e a sleeping
+#: job's limit went 0.05 -> 1 -> 0.05 each round under a scaled bar (0.25 x the cores left
+#: unused), which at the 0.05-core floor is under 1% of the time.
+WAITED_SHARE = 0.1
 #: Such a job's cap is what it used times this, and never below FLOOR_CORES.
 DEMAND_HEADROOM = 1.5
 #: The shortest interval whose CPU use says what a job needs (shorter: too noisy to act on).
@@ -296,7 +298,7 @@ def demand_cap(used_cores: float, limit_cores: float | None, cpus: float,
     limit = cpus if limit_cores is None else min(limit_cores, cpus)
     if not used_cores >= 0 or used_cores >= UNTHROTTLED_SHARE * limit - 1e-9:
         return cpus
-    if waited is None or not waited < WAITED_SHARE * min(1.0, limit - used_cores):
+    if waited is None or not waited < WAITED_SHARE:
         return cpus
     return min(cpus, max(FLOOR_CORES, used_cores * DEMAND_HEADROOM))
 

@@ -91,6 +91,20 @@ def renamed(job: dict[str, Any], name: str) -> dict[str, Any]:
     return job
 
 
+def cpu_bound(job: dict[str, Any], name: str) -> dict[str, Any]:
+    """The example Job renamed, its 0.1 s pause between steps spent computing instead of
+    sleeping: a job that uses the core it is given."""
+    job = renamed(job, name)
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    script = command[-1]
+    assert "time.sleep(0.1)" in script and script.startswith("import random, time\n"), script
+    command[-1] = script.replace("import random, time\n", "import random, time\n"
+                                 "def pause(s):\n    end = time.monotonic() + s\n"
+                                 "    while time.monotonic() < end: pass\n", 1
+                                 ).replace("time.sleep(0.1)", "pause(0.1)")
+    return job
+
+
 def shared_volumes(cluster: RealCluster, path: Path, training_ns: str) -> None:
     """Two PersistentVolumes on one host folder, standing in for one NFS export: one for the
     release's claim on its root, one for the training namespace's claim on the namespace's
@@ -184,6 +198,7 @@ class LimitWatch:
         self.cg = Cgroups()
         self.seen: dict[str, set[int | None]] = {}
         self.pod_seen: dict[str, set[int | None]] = {}
+        self.by_job: dict[str, set[int | None]] = {}  # by the Job's name
 
     def sample(self, cluster: RealCluster, namespace: str) -> None:
         for p in pods(cluster, namespace):
@@ -194,6 +209,8 @@ class LimitWatch:
                 path = self.cg.path(cid)
                 self.seen.setdefault(cid, set()).add(self.cg.quota(path))
                 self.pod_seen.setdefault(cid, set()).add(self.cg.quota(path.parent))
+                job = p["metadata"].get("labels", {}).get("job-name", "")
+                self.by_job.setdefault(job, set()).add(self.cg.quota(path))
             except Exception:
                 continue  # the container ended between the listing and the read
 
@@ -238,7 +255,10 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     # -- submit: every job lands on the first node (the second is cordoned meanwhile) -----------
     k("cordon", second)
     filler = example("training-job.yaml", node_images)[0]
-    docs = [renamed(filler, "quadratic-a"), renamed(filler, "quadratic-b"),
+    # Beside the migratable job: one copy of the example that uses its core, and the example
+    # as it is, which sleeps between steps: the agent gives the sleeper's unused cores up
+    # (docs/algorithms.md, "Demand"), and a move to the empty node pays.
+    docs = [cpu_bound(filler, "quadratic-a"), renamed(filler, "quadratic-b"),
             *example("migratable-job.yaml", node_images)]
     k("apply", "-n", training, "-f", "-", input=yaml.safe_dump_all(docs))
 
@@ -288,6 +308,12 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     replacement = wait_for("the migratable job to be restored on the other node", moved,
                            timeout=420, every=1, diagnose=status)
     assert upgrade.get("in_flight"), f"the upgrade came after the migration: {upgrade}"
+    # The sleeper's limit came down near its use (its threads never waited for a CPU), the
+    # CPU-bound copy's did not (limits seen, in cores x 100000 per 100000 us period)
+    sleeper = {q for q in watch.by_job.get("quadratic-b", set()) if q is not None}
+    busy = {q for q in watch.by_job.get("quadratic-a", set()) if q is not None}
+    assert sleeper and min(sleeper) <= 30_000, (watch.by_job, shutdown_lines(cluster))
+    assert busy and max(busy) >= 50_000, watch.by_job
 
     def upgraded() -> bool:
         now = pods(cluster, SYSTEM)
