@@ -46,6 +46,7 @@ from specon.core.qos_rules import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
 from specon.quantity import millicores, parse_cpu
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
+from specon_manager.handover import hand_over
 from specon_manager.kube import (
     CUSTOM_KINDS,
     OWNERS,
@@ -1272,22 +1273,33 @@ class MigrationController:
         self.metrics.migrations_in_flight.set(len(self._migrations))
 
     # -- restart -------------------------------------------------------------------------------
+    def hand_over(self) -> None:
+        """This replica stopped leading: let go of the migrations in flight (their records stay
+        for the next leader: specon_manager.handover); not ready until restored again."""
+        with self._lock:
+            self._ready = False
+            hand_over(self._migrations, self.state)
+            self._measuring.clear()
+            self._evictions_sent.clear()
+            self._stuck_reported.clear()
+            self.metrics.migrations_in_flight.set(0)
+
     def restore(self) -> None:
         """Rebuild the migrations in flight from their records (after a restart or on becoming
-        the leader)."""
+        the leader). The records are read before the lock is taken: with a slow API server
+        the lists take seconds, and an agent's request must not wait behind them."""
+        objs = self.kube.list("/api/v1/pods", labelSelector=f"{L_MIGRATING}=true")
+        for kind in OWNERS:
+            try:
+                objs += self.kube.list(owner_path(kind), labelSelector=f"{L_MIGRATING}=true")
+            except KubeError as exc:
+                # A custom resource this cluster lacks (404), or that the manager may not
+                # list (403): no migration of its pods can be in flight that it started.
+                if kind not in CUSTOM_KINDS or exc.status not in (403, 404):
+                    raise
+                log.warning("not restoring %s migrations: %s", kind, exc)
         with self._lock:
             found: dict[str, Migration] = {}
-            objs = self.kube.list("/api/v1/pods", labelSelector=f"{L_MIGRATING}=true")
-            for kind in OWNERS:
-                try:
-                    objs += self.kube.list(owner_path(kind),
-                                           labelSelector=f"{L_MIGRATING}=true")
-                except KubeError as exc:
-                    # A custom resource this cluster lacks (404), or that the manager may not
-                    # list (403): no migration of its pods can be in flight that it started.
-                    if kind not in CUSTOM_KINDS or exc.status not in (403, 404):
-                        raise
-                    log.warning("not restoring %s migrations: %s", kind, exc)
             for obj in objs:
                 m = Migration.from_record(annotations_of(obj).get(A_MIGRATION, ""))
                 if m is None or m.phase in ("done", "cancelled"):
@@ -1307,6 +1319,7 @@ class MigrationController:
                 if m.phase == "checkpointing":
                     self.state.request_checkpoint(m.source, CheckpointRequest(
                         namespace=m.namespace, pod=m.pod, uid=m.pod_uid, id=m.id))
-                log.info("migration %s restored in phase %s", m.id, m.phase)
+                log.info("migration %s (%s/%s, %s -> %s) resumed from its record in phase %s",
+                         m.id, m.namespace, m.pod, m.source, m.target, m.phase)
             self.metrics.migrations_in_flight.set(len(found))
             self._ready = True
