@@ -46,7 +46,7 @@ from specon.core.qos_rules import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
 from specon.quantity import millicores, parse_cpu
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
-from specon_manager.handover import hand_over
+from specon_manager.handover import hand_over, step_failed
 from specon_manager.kube import (
     CUSTOM_KINDS,
     OWNERS,
@@ -708,7 +708,13 @@ class MigrationController:
                         + plan)
             log.info("migration %s: %s/%s %s -> %s (%s)", m.id, ns, name, source, target, reason)
             self._hook("reserved")
-            self._step(m)
+            try:
+                self._step(m)
+            except (KubeError, OSError) as exc:
+                # Recorded and reserved: the move goes on from its record, in this replica's
+                # next pass or, fenced, with the next leader; the agent is told it moves.
+                self.metrics.reconcile_errors.inc()
+                step_failed(m, exc)
             return ReallocationReply(decision="migrate", target=target, migrated=True)
 
     # -- records ---------------------------------------------------------------------------------
@@ -747,7 +753,8 @@ class MigrationController:
                     self._step(m)
                 except (KubeError, OSError) as exc:
                     self.metrics.reconcile_errors.inc()
-                    log.warning("migration %s (%s): %s; retrying", m.id, m.phase, exc)
+                    if step_failed(m, exc):
+                        break  # fenced: so is every later write of this pass
             for mid in list(self._measuring):
                 try:
                     self._measure(mid)
