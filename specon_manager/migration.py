@@ -557,6 +557,9 @@ class MigrationController:
     def reallocate(self, node: str, req: ReallocationRequest) -> ReallocationReply:
         if not self.leader:
             return ReallocationReply(decision="refused", reason="this replica is not the leader")
+        busy = self._busy_answer(node, req)
+        if busy is not None:
+            return busy
         pod = self.kube.get(pod_path(req.namespace, req.pod))
         if pod is None:
             return ReallocationReply(decision="refused", reason="no such pod")
@@ -568,6 +571,22 @@ class MigrationController:
             return ReallocationReply(decision="stay", target=node, migrated=True, reason=(
                 f"policy {self.policy.name} moves jobs by the manager's plan, not on request"))
         return self.start(pod, reason="converged")
+
+    def _busy_answer(self, node: str, req: ReallocationRequest) -> ReallocationReply | None:
+        """The refusal :meth:`start` would reach after several API round trips, from memory
+        alone: the asking node is a migration's source or target (at most one move per node).
+        No lock: a reconcile pass holds it for its round trips, seconds with a slow API server,
+        and a snapshot of the values is enough here."""
+        if not self.policy.asks_to_move:
+            return None  # such a policy's answer (stay) is given after the pod is checked
+        flying = list(self._migrations.values())
+        if any(m.namespace == req.namespace and m.pod == req.pod and m.source == node
+               for m in flying):
+            return ReallocationReply(decision="refused", reason="already migrating")
+        if any(node in (m.source, m.target) for m in flying):
+            return ReallocationReply(decision="refused",
+                                     reason=f"a migration is in flight on node {node}")
+        return None
 
     # -- starting ------------------------------------------------------------------------------
     def qos_hold(self, pod: dict[str, Any], cost_s: float | None = None) -> str | None:
