@@ -61,7 +61,7 @@ from specon_manager.intake import (
     send_answer,
 )
 from specon_manager.intake import json_answer as _json
-from specon_manager.kube import KubeError
+from specon_manager.kube import FENCED, KubeError
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.qos_book import QosBook
 from specon_manager.settings import ManagerSettings
@@ -580,7 +580,10 @@ def create_app(
                 reply = ReallocationReply(decision="refused", reason=(
                     f"the API server refused the migration ({exc.status} {exc.reason}); is "
                     f"{req.namespace} one of the manager's training namespaces?"
-                    if exc.status == 403 else f"the API server could not be asked ({exc})"))
+                    if exc.status == 403 else
+                    "this replica lost the Lease before the migration was recorded: nothing "
+                    "was started; ask again (a new connection reaches the leader)"
+                    if exc.status == FENCED else f"the API server could not be asked ({exc})"))
         m.reallocation_requests.labels(reply.decision).inc()
         return Response(reply.model_dump_json(), media_type="application/json")
 

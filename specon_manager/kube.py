@@ -59,6 +59,8 @@ class Kube:
                                   timeout=timeout)
         #: Called before every write (POST, PUT, PATCH, DELETE); raises to refuse it.
         self.fence: Callable[[], None] | None = None
+        #: Seconds a request may take (None: the client's ``timeout``).
+        self.timeout: float | None = None
 
     def fenced(self, fence: Callable[[], None]) -> Kube:
         """This client (the same connection pool) with every write first passed through
@@ -66,6 +68,13 @@ class Kube:
         migration controller's writes, each checked against the leader Lease."""
         out = copy.copy(self)
         out.fence = fence
+        return out
+
+    def with_timeout(self, seconds: float) -> Kube:
+        """This client (the same connection pool) with requests bounded by ``seconds``: the
+        Lease's renewals, which are worth nothing once the renew deadline has passed."""
+        out = copy.copy(self)
+        out.timeout = seconds
         return out
 
     # -- construction ------------------------------------------------------------------------
@@ -104,7 +113,9 @@ class Kube:
         if method != "GET" and self.fence is not None:
             self.fence()
         try:
-            resp = self._http.request(method, path, json=body, headers=headers, params=params)
+            resp = self._http.request(
+                method, path, json=body, headers=headers, params=params,
+                timeout=self.timeout if self.timeout is not None else httpx.USE_CLIENT_DEFAULT)
         except httpx.HTTPError as exc:  # ConnectError, timeouts, protocol errors, ...
             raise KubeError(TRANSPORT, type(exc).__name__, f"{method} {path}: {exc}") from exc
         if resp.status_code >= 400:

@@ -3,13 +3,19 @@
 duration by its own clock (never by comparing clocks across machines).
 
 The holder counts itself the leader only until its **renew deadline** (shorter than the lease
-duration) has passed since the start of its last successful renewal: :meth:`holds`. So a
+duration) has passed since its last successful renewal was sent: :meth:`holds`. So a
 replica that cannot renew (API server away, a network partition, its process paused) stops
 acting before another can take the Lease, and :meth:`check` fences each of the controller's
-writes with the same rule (specon_manager.kube.Kube.fenced)."""
+writes with the same rule (specon_manager.kube.Kube.fenced).
+
+A renewal is one PUT of the Lease as this replica last wrote it (its ``resourceVersion`` makes
+it a compare-and-swap); only when that conflicts is the Lease read again. With a slow API
+server (seconds a request) a renewal thus costs one round trip, not two. The caller renews on
+a thread of its own (specon_manager.service), never behind other work."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -44,12 +50,19 @@ class LeaseElector:
                              f"below the lease duration {duration_s} s")
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
-        self._renewed_at: float | None = None  # clock() at the start of the last renewal
+        #: clock() when the write of the last successful acquire or renewal was sent.
+        self.renewed_at: float | None = None
+        #: The Lease as this replica last wrote it (None: read it first).
+        self._written: dict[str, Any] | None = None
+        #: Counts the times this replica began to hold the Lease after not holding it (first
+        #: acquire, or a renewal after a gap past the renew deadline): what a leader restored
+        #: for is stale once this changes.
+        self.term = 0
 
     def holds(self) -> bool:
         """True while the last successful acquire or renewal began less than the renew
         deadline ago: within that time no other replica can have taken the Lease."""
-        at = self._renewed_at
+        at = self.renewed_at
         return at is not None and self.clock() - at < self.renew_deadline_s
 
     def check(self) -> None:
@@ -67,25 +80,53 @@ class LeaseElector:
 
     def try_acquire_or_renew(self) -> bool:
         """True when this replica holds the Lease after the call (and :meth:`holds` for the
-        renew deadline from the start of the call); False when another replica holds it. An
-        error leaves the last renewal as it was: :meth:`holds` runs out by itself."""
-        started = self.clock()
-        held = self._try()
-        self._renewed_at = started if held else None
-        return held
+        renew deadline from when its write was sent, however long the answer took); False
+        when another replica holds it. An error leaves the last renewal as it was:
+        :meth:`holds` runs out by itself."""
+        before = self.renewed_at
+        sent = self._try()
+        if sent is None:
+            self.renewed_at = None
+            return False
+        if before is None or self.clock() - before >= self.renew_deadline_s:
+            self.term += 1  # held again after a gap: a new term
+        self.renewed_at = sent
+        return True
 
-    def _try(self) -> bool:
+    def _renew(self) -> float | None:
+        """One PUT of the Lease as last written, renewTime now; its send time, or None when the
+        Lease changed since (409: read it again)."""
+        assert self._written is not None
+        lease = copy.deepcopy(self._written)
+        lease.setdefault("spec", {})["renewTime"] = _micro_time(time.time())
+        sent = self.clock()
+        try:
+            self._written = self.kube.put(self.path, lease)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            self._written = None
+            return None
+        return sent
+
+    def _try(self) -> float | None:
+        """The send time of the write that holds the Lease now, or None: another holds it."""
+        if self._written is not None:
+            sent = self._renew()
+            if sent is not None:
+                return sent
         lease = self.kube.get(self.path)
         if lease is None:
+            sent = self.clock()
             try:
-                self.kube.create(self.path.rsplit("/", 1)[0], {
+                self._written = self.kube.create(self.path.rsplit("/", 1)[0], {
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": self._spec(0)})
-                return True
+                return sent
             except KubeError as exc:
                 if exc.status == 409:
-                    return False
+                    return None
                 raise
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -96,22 +137,25 @@ class LeaseElector:
         expired = now - self._observed_at > float(spec.get("leaseDurationSeconds")
                                                    or self.duration_s)
         if holder not in ("", self.identity) and not expired:
-            return False
+            return None
         transitions = int(spec.get("leaseTransitions") or 0)
         new_spec = self._spec(transitions if holder == self.identity else transitions + 1)
         if holder == self.identity:
             new_spec["acquireTime"] = spec.get("acquireTime") or new_spec["acquireTime"]
         lease["spec"] = new_spec
+        sent = self.clock()
         try:
-            self.kube.put(self.path, lease)  # resourceVersion makes this a compare-and-swap
+            # resourceVersion makes this a compare-and-swap
+            self._written = self.kube.put(self.path, lease)
         except KubeError as exc:
             if exc.status == 409:
-                return False
+                return None
             raise
-        return True
+        return sent
 
     def release(self) -> None:
-        self._renewed_at = None
+        self.renewed_at = None
+        self._written = None
         lease = self.kube.get(self.path)
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
             return

@@ -46,6 +46,7 @@ from specon.core.qos_rules import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
 from specon.quantity import millicores, parse_cpu
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
+from specon_manager.handover import hand_over, step_failed
 from specon_manager.kube import (
     CUSTOM_KINDS,
     OWNERS,
@@ -556,6 +557,9 @@ class MigrationController:
     def reallocate(self, node: str, req: ReallocationRequest) -> ReallocationReply:
         if not self.leader:
             return ReallocationReply(decision="refused", reason="this replica is not the leader")
+        busy = self._busy_answer(node, req)
+        if busy is not None:
+            return busy
         pod = self.kube.get(pod_path(req.namespace, req.pod))
         if pod is None:
             return ReallocationReply(decision="refused", reason="no such pod")
@@ -567,6 +571,22 @@ class MigrationController:
             return ReallocationReply(decision="stay", target=node, migrated=True, reason=(
                 f"policy {self.policy.name} moves jobs by the manager's plan, not on request"))
         return self.start(pod, reason="converged")
+
+    def _busy_answer(self, node: str, req: ReallocationRequest) -> ReallocationReply | None:
+        """The refusal :meth:`start` would reach after several API round trips, from memory
+        alone: the asking node is a migration's source or target (at most one move per node).
+        No lock: a reconcile pass holds it for its round trips, seconds with a slow API server,
+        and a snapshot of the values is enough here."""
+        if not self.policy.asks_to_move:
+            return None  # such a policy's answer (stay) is given after the pod is checked
+        flying = list(self._migrations.values())
+        if any(m.namespace == req.namespace and m.pod == req.pod and m.source == node
+               for m in flying):
+            return ReallocationReply(decision="refused", reason="already migrating")
+        if any(node in (m.source, m.target) for m in flying):
+            return ReallocationReply(decision="refused",
+                                     reason=f"a migration is in flight on node {node}")
+        return None
 
     # -- starting ------------------------------------------------------------------------------
     def qos_hold(self, pod: dict[str, Any], cost_s: float | None = None) -> str | None:
@@ -707,7 +727,13 @@ class MigrationController:
                         + plan)
             log.info("migration %s: %s/%s %s -> %s (%s)", m.id, ns, name, source, target, reason)
             self._hook("reserved")
-            self._step(m)
+            try:
+                self._step(m)
+            except (KubeError, OSError) as exc:
+                # Recorded and reserved: the move goes on from its record, in this replica's
+                # next pass or, fenced, with the next leader; the agent is told it moves.
+                self.metrics.reconcile_errors.inc()
+                step_failed(m, exc)
             return ReallocationReply(decision="migrate", target=target, migrated=True)
 
     # -- records ---------------------------------------------------------------------------------
@@ -746,7 +772,8 @@ class MigrationController:
                     self._step(m)
                 except (KubeError, OSError) as exc:
                     self.metrics.reconcile_errors.inc()
-                    log.warning("migration %s (%s): %s; retrying", m.id, m.phase, exc)
+                    if step_failed(m, exc):
+                        break  # fenced: so is every later write of this pass
             for mid in list(self._measuring):
                 try:
                     self._measure(mid)
@@ -1272,22 +1299,33 @@ class MigrationController:
         self.metrics.migrations_in_flight.set(len(self._migrations))
 
     # -- restart -------------------------------------------------------------------------------
+    def hand_over(self) -> None:
+        """This replica stopped leading: let go of the migrations in flight (their records stay
+        for the next leader: specon_manager.handover); not ready until restored again."""
+        with self._lock:
+            self._ready = False
+            hand_over(self._migrations, self.state)
+            self._measuring.clear()
+            self._evictions_sent.clear()
+            self._stuck_reported.clear()
+            self.metrics.migrations_in_flight.set(0)
+
     def restore(self) -> None:
         """Rebuild the migrations in flight from their records (after a restart or on becoming
-        the leader)."""
+        the leader). The records are read before the lock is taken: with a slow API server
+        the lists take seconds, and an agent's request must not wait behind them."""
+        objs = self.kube.list("/api/v1/pods", labelSelector=f"{L_MIGRATING}=true")
+        for kind in OWNERS:
+            try:
+                objs += self.kube.list(owner_path(kind), labelSelector=f"{L_MIGRATING}=true")
+            except KubeError as exc:
+                # A custom resource this cluster lacks (404), or that the manager may not
+                # list (403): no migration of its pods can be in flight that it started.
+                if kind not in CUSTOM_KINDS or exc.status not in (403, 404):
+                    raise
+                log.warning("not restoring %s migrations: %s", kind, exc)
         with self._lock:
             found: dict[str, Migration] = {}
-            objs = self.kube.list("/api/v1/pods", labelSelector=f"{L_MIGRATING}=true")
-            for kind in OWNERS:
-                try:
-                    objs += self.kube.list(owner_path(kind),
-                                           labelSelector=f"{L_MIGRATING}=true")
-                except KubeError as exc:
-                    # A custom resource this cluster lacks (404), or that the manager may not
-                    # list (403): no migration of its pods can be in flight that it started.
-                    if kind not in CUSTOM_KINDS or exc.status not in (403, 404):
-                        raise
-                    log.warning("not restoring %s migrations: %s", kind, exc)
             for obj in objs:
                 m = Migration.from_record(annotations_of(obj).get(A_MIGRATION, ""))
                 if m is None or m.phase in ("done", "cancelled"):
@@ -1307,6 +1345,7 @@ class MigrationController:
                 if m.phase == "checkpointing":
                     self.state.request_checkpoint(m.source, CheckpointRequest(
                         namespace=m.namespace, pod=m.pod, uid=m.pod_uid, id=m.id))
-                log.info("migration %s restored in phase %s", m.id, m.phase)
+                log.info("migration %s (%s/%s, %s -> %s) resumed from its record in phase %s",
+                         m.id, m.namespace, m.pod, m.source, m.target, m.phase)
             self.metrics.migrations_in_flight.set(len(found))
             self._ready = True

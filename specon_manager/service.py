@@ -56,7 +56,8 @@ class NodeCache:
 
 
 class Service:
-    """The background loop: leader election, restore, reconcile, rebalance, node cache.
+    """The background loop (restore, reconcile, rebalance, node cache) and, with leader
+    election, the Lease's renewals on a thread of their own.
 
     The loop is supervised: no error ends it. A pass that fails (the API server away, a bug) is
     logged and counted (``specon_controller_loop_errors_total{kind}``) and the next one waits
@@ -65,7 +66,13 @@ class Service:
     when it is dead or has not turned for ``loop_stall_s``, unready when no pass has succeeded
     for ``loop_stale_s`` (by default two loop periods: within one period of the first pass it
     misses). A leader that cannot renew its Lease within the renew deadline stops acting, and
-    every write of the controller and rebalancer is fenced by the same deadline."""
+    every write of the controller and rebalancer is fenced by the same deadline.
+
+    The renewals never wait behind the loop: with a slow API server a restore or a pass takes
+    longer than the renew deadline, and a leader renewing between passes lost the Lease it had
+    just gained (issue 32). A replica that gains the Lease restores the migrations in flight on
+    the loop's thread while the renewals go on, and leads (and is ready) once that is done, if
+    it still holds the same term of the Lease."""
 
     def __init__(self, settings: ManagerSettings, state: ClusterState, metrics: ManagerMetrics,
                  kube: Kube | None, clock: Callable[[], float] = time.monotonic) -> None:
@@ -84,9 +91,12 @@ class Service:
             if settings.leader_election:
                 identity = settings.identity or os.environ.get("POD_NAME") or (
                     f"{socket.gethostname()}-{os.getpid()}")
-                self.elector = LeaseElector(kube, settings.lease_namespace, settings.lease_name,
-                                            identity, settings.lease_duration_s,
-                                            renew_deadline_s=settings.lease_renew_deadline_s)
+                deadline = settings.lease_renew_deadline_s
+                # A renewal answered after the deadline is worth nothing.
+                self.elector = LeaseElector(kube.with_timeout(deadline), settings.lease_namespace,
+                                            settings.lease_name, identity,
+                                            settings.lease_duration_s, clock=clock,
+                                            renew_deadline_s=deadline)
                 writer = kube.fenced(self._fence)
             if settings.migration:
                 self.controller = MigrationController(writer, state, settings, metrics)
@@ -95,28 +105,39 @@ class Service:
                 rounds = ROUNDS[lookup(settings.policy).moves]
                 if rounds is not None and (rounds is not Rebalancer or settings.rebalance):
                     self.rebalancer = rounds(writer, state, self.controller, settings, metrics)
-        self.period = min(settings.reconcile_period_s,
-                          settings.renew_period_s if self.elector else 1e9)
+        self.period = settings.reconcile_period_s
         self.stale_s = settings.loop_stale_s or 2 * self.period
         self.leading = False
+        self._term = 0  # the elector's term this replica restored for and leads in
+        self._hand_over = False  # lost the lead: the loop lets go of the migrations in flight
+        self._leading_lock = threading.Lock()  # the lease thread and the loop set `leading`
         self.failures = 0  # passes failed in a row
         self.started_at: float | None = None
+        self.pass_started: float | None = None  # clock() when the pass now running began
         self.last_pass: float | None = None  # clock() when the last pass succeeded
         self.last_turn: float | None = None  # clock() when the last pass ended, either way
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the lease was gained: the loop restores now
         self._thread: threading.Thread | None = None
+        self._lease_thread: threading.Thread | None = None
 
     def start(self) -> None:
         if self.kube is None:
             return
         self.started_at = self.clock()
+        if self.elector is not None:
+            self._lease_thread = threading.Thread(target=self._renew_loop, name="specon-lease",
+                                                  daemon=True)
+            self._lease_thread.start()
         self._thread = threading.Thread(target=self._run, name="specon-controller", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        self._wake.set()
+        for t in (self._thread, self._lease_thread):
+            if t is not None:
+                t.join(10)
         if self.elector is not None and self.kube is not None:
             try:
                 self.elector.release()
@@ -143,7 +164,12 @@ class Service:
             return why
         if self.last_pass is None:
             return "the controller loop has not completed a pass yet"
-        since = self.clock() - self.last_pass
+        fresh = self.last_pass
+        if self.failures == 0 and self.pass_started is not None:
+            # A pass under way after a good one counts from its start: with a slow API server
+            # a good pass takes seconds, and the leader must not flap unready in each.
+            fresh = max(fresh, self.pass_started)
+        since = self.clock() - fresh
         if since > self.stale_s:
             return (f"the controller loop's last successful pass was {since:.1f} s ago "
                     f"({self.failures} failed since)")
@@ -160,21 +186,77 @@ class Service:
 
     def _set_leading(self, leading: bool, why: str = "") -> None:
         was = self.leading
-        if leading and not was and self.controller is not None:
-            # Before acting: the migrations in flight from their records. If this fails the
-            # replica is not leading yet, and the next pass tries again.
-            self.controller.restore()
         self.leading = leading
         if self.controller is not None:
             self.controller.leader = leading
         self.metrics.leader.set(1 if leading else 0)
         if leading != was:
+            self._hand_over = not leading
             log.info("leader: %s%s", "acquired" if leading else "lost", why)
+
+    def _check_lease(self) -> None:
+        """Stop leading once the Lease is not held (the renew deadline passed since the last
+        renewal was sent) or is held in a later term than the one restored for."""
+        assert self.elector is not None
+        with self._leading_lock:
+            if self.leading and not self.elector.holds():
+                self._set_leading(False, " (not renewed within the renew deadline)")
+            elif self.leading and self.elector.term != self._term:
+                self._set_leading(False, " (the Lease was held again after a gap)")
+
+    def _lead(self) -> None:
+        """Restore the migrations in flight, then lead: at once without leader election, else
+        if the Lease is still held in the term it was held in when the restore began (the
+        renewals go on meanwhile, on their own thread). A failed restore leaves the replica
+        not leading; the next pass tries again."""
+        if self.elector is None:
+            if self.controller is not None:
+                self.controller.restore()
+            self._set_leading(True)
+            return
+        term = self.elector.term
+        started = self.clock()
+        if self.controller is not None:
+            self.controller.restore()
+        with self._leading_lock:
+            if self.elector.holds() and self.elector.term == term:
+                self._term = term
+                self._set_leading(True, f" (restored in {self.clock() - started:.1f} s)")
+            else:
+                log.info("lease lost while restoring: not leading")
+
+    def _renew_loop(self) -> None:
+        """The Lease's renewals, every ``renew_period_s`` from the start of the last (back to
+        back when the API server is slower than that), and the check of the renew deadline in
+        between: nothing else runs on this thread."""
+        assert self.elector is not None
+        s = self.settings
+        elector = self.elector
+        due = self.clock()
+        while not self._stop.is_set():
+            if self.clock() >= due:
+                due = self.clock() + s.renew_period_s
+                try:
+                    elector.try_acquire_or_renew()
+                except (KubeError, OSError) as exc:
+                    self.metrics.loop_errors.labels("kubernetes").inc()
+                    log.warning("lease not renewed: %s", exc)
+                except Exception:  # supervised: nothing ends the renewals
+                    self.metrics.loop_errors.labels("bug").inc()
+                    log.exception("lease renewal failed")
+                if not self.leading and elector.holds():
+                    self._wake.set()
+            self._check_lease()
+            wait = due - self.clock()
+            at = elector.renewed_at
+            if self.leading and at is not None:  # wake at the deadline, to stop in time
+                wait = min(wait, at + elector.renew_deadline_s - self.clock())
+            self._stop.wait(min(max(wait, 0.01), s.renew_period_s))
 
     # -- the loop ---------------------------------------------------------------------------
     def _run(self) -> None:
         s = self.settings
-        due = {"nodes": 0.0, "rebalance": 0.0, "renew": 0.0}
+        due = {"nodes": 0.0, "rebalance": 0.0}
         while not self._stop.is_set():
             try:
                 self._pass(due)
@@ -192,26 +274,22 @@ class Service:
                 self.last_pass = self.clock()
                 delay = self.period
             self.last_turn = self.clock()
-            self._stop.wait(delay)
+            self._wake.wait(delay)
+            self._wake.clear()
 
     def _pass(self, due: dict[str, float]) -> None:
         s = self.settings
-        now = self.clock()
+        now = self.pass_started = self.clock()
+        if self.elector is not None:
+            self._check_lease()
+            if self._hand_over and not self.leading and self.controller is not None:
+                self.controller.hand_over()
+                self._hand_over = False
+        if not self.leading and (self.elector is None or self.elector.holds()):
+            self._lead()
         if self.nodes is not None and now - due["nodes"] > 30:
             self.nodes.refresh()
             due["nodes"] = now
-        if self.elector is None:
-            if not self.leading:
-                self._set_leading(True)
-        else:
-            try:
-                if now - due["renew"] >= s.renew_period_s or not self.leading:
-                    due["renew"] = now
-                    self._set_leading(self.elector.try_acquire_or_renew())
-            finally:
-                # Not renewed (an error, or not due yet): the leader acts until its deadline.
-                if self.leading and not self.elector.holds():
-                    self._set_leading(False, " (not renewed within the renew deadline)")
         if self.leading and self.controller is not None:
             self.controller.reconcile()
         if (self.leading and self.rebalancer is not None

@@ -174,15 +174,17 @@ class ManagerSettings(BaseSettings):
     #: This replica's identity in the Lease (the pod name in a cluster).
     identity: str = ""
     lease_duration_s: Positive = 15.0
+    #: How often the Lease is renewed (on a thread of its own, never behind the loop's work).
     renew_period_s: Positive = 5.0
-    #: A leader that has not renewed the Lease within this long (from the start of its last
-    #: successful renewal) stops acting and its writes are refused; below lease_duration_s,
+    #: A leader that has not renewed the Lease within this long (from when its last successful
+    #: renewal was sent) stops acting and its writes are refused; below lease_duration_s,
     #: so it stops before another replica can take over. Unset: two thirds of it.
     renew_deadline_s: float | None = Field(default=None, gt=0)
 
     # -- the controller loop's supervision and health --------------------------------------------
     #: /readyz answers 503 when no pass of the controller loop has succeeded for this long
-    #: (0: twice the loop's period, min(reconcile_period_s, renew_period_s)).
+    #: (0: twice the loop's period, reconcile_period_s); a pass under way after a good one
+    #: counts from its start.
     loop_stale_s: float = Field(default=0.0, ge=0)
     #: /healthz answers 503 when the loop has not turned at all (succeeded or failed) for this
     #: long, or its thread is gone: the kubelet then restarts the manager.

@@ -854,7 +854,7 @@ def test_two_replicas_elect_one_leader_and_the_standby_finishes_its_migration(
         drive(api, ns, agents, [job], lambda _: job.starts > 1, manager=b)
         assert job.node == mnodes[1]
         assert_resumed_exactly(job)
-        assert "restored in phase checkpointing" in b.log.read_text()
+        assert "resumed from its record in phase checkpointing" in b.log.read_text()
     finally:
         a.kill()
         b.kill()
