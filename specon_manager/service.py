@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from specon.core.policy import lookup
 from specon.core.scoring import Weights
 from specon_manager.app import create_app
+from specon_manager.handover import hand_over
 from specon_manager.identity import TOKENREVIEW_PATH, TokenReviewer
 from specon_manager.kube import Kube, KubeError, event_body, events_path, meta, pod_path
 from specon_manager.leader import LeaseElector
@@ -117,11 +118,41 @@ class Service:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+        self._hand_over()
         if self.elector is not None and self.kube is not None:
             try:
                 self.elector.release()
             except (KubeError, OSError) as exc:
                 log.warning("lease not released: %s", exc)
+
+    def _hand_over(self) -> None:
+        """The leader's last act: no bare pod's replacement left behind its gate
+        (specon_manager/handover.py), the Lease renewed meanwhile."""
+        if self.controller is None or not self.leading or self.settings.shutdown_handover_s <= 0:
+            return
+        if self._thread is not None and self._thread.is_alive():
+            log.warning("shutdown: the controller loop is still in a pass; nothing handed over")
+            return
+        renewed: list[float] = []
+        elector = self.elector
+
+        def keep_lease() -> bool:
+            if elector is None:
+                return True
+            if not renewed or self.clock() - renewed[-1] >= self.settings.renew_period_s:
+                try:
+                    if not elector.try_acquire_or_renew():
+                        return False
+                except (KubeError, OSError) as exc:
+                    log.warning("shutdown: lease not renewed: %s", exc)
+                    return elector.holds()
+                renewed.append(self.clock())
+            return elector.holds()
+
+        try:
+            hand_over(self.controller, self.settings.shutdown_handover_s, keep_lease)
+        except (KubeError, OSError) as exc:
+            log.warning("shutdown: migrations not handed over: %s", exc)
 
     # -- health -----------------------------------------------------------------------------
     def health(self) -> str | None:
