@@ -10,6 +10,7 @@ fixtures and stand-ins are test_manager_plane.py's."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +132,9 @@ def test_a_source_still_terminating_at_shutdown_keeps_its_replacement_gated(
     tag: str, manager: ManagerProcess, tmp_path: Path,
 ) -> None:
     """The evicted source outlives the manager's wait (``shutdown_handover_s``): ungating would
-    run the job twice, so the replacement stays gated, with a Warning event that says so and
-    how to release it; a manager that starts later ungates it once the source is gone."""
+    run the job twice, so the replacement stays gated, with a Warning event that says so.
+    The documented commands find it and, once the source is gone, release it; a manager that
+    starts later finishes the migration from its record."""
     ns = plane_namespace
     manager.start(shutdown_handover_s=1)
     try:
@@ -143,12 +145,23 @@ def test_a_source_still_terminating_at_shutdown_keeps_its_replacement_gated(
         assert rep is not None and gated(rep)
         assert "stays gated so that the job never runs twice" in notes(
             api, ns, "MigrationNotHandedOver")
+        # No manager comes back: the way out docs/user-guide.md ("Uninstall") gives, word for
+        # word. The gated pods, with the source each waits for:
+        found = plane.kubectl(
+            "get", "pods", "-A", "-l", "specon.io/migrating=true", "-o",
+            "jsonpath={range .items[?(@.spec.schedulingGates)]}{.metadata.namespace}{\"\\t\"}"
+            "{.metadata.name}{\"\\t\"}{.metadata.annotations.specon\\.io/migration}{\"\\n\"}"
+            "{end}").stdout.splitlines()
+        mine = [line.split("\t") for line in found if line.startswith(ns + "\t")]
+        assert [(n, json.loads(record)["pod"]) for _, n, record in mine] == [(name, "train-h")]
         release(plane, ns, "train-h")
-        wait_for("train-h gone", lambda: api.pod(ns, "train-h") is None)
-        manager.start()
+        wait_for("train-h gone", lambda: api.pod(ns, "train-h") is None)  # only then
+        plane.kubectl("patch", "pod", "-n", ns, name, "--type=json", "-p",
+                      '[{"op":"remove","path":"/spec/schedulingGates"}]')
         wait_for("the job running again", lambda: resumed(api, ns, job, agents))
         assert job.pod == name and job.node == mnodes[1]
         assert_resumed_exactly(job)
+        manager.start()  # one that comes back later finishes the migration, creating nothing
         wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
         assert [p["metadata"]["name"] for p in api.pods(ns)
                 if p["metadata"]["name"].startswith("train-h")] == [name]
