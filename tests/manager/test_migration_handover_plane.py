@@ -168,3 +168,42 @@ def test_a_source_still_terminating_at_shutdown_keeps_its_replacement_gated(
     finally:
         release(plane, ns, "train-h")
         cleanup(plane, api, ns)
+
+
+def test_in_a_rolling_update_the_next_leader_finishes_what_the_old_one_handed_over(
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
+    tag: str, manager: ManagerProcess, tmp_path: Path,
+) -> None:
+    """SIGTERM to the leader while a standby waits (a rolling update): the leader, renewing its
+    Lease meanwhile, hands the replacement over and releases the Lease; the standby takes it,
+    finds the replacement ungated, creates nothing and completes the migration."""
+    ns = plane_namespace
+    lease = dict(leader_election=True, lease_namespace=ns, lease_duration_s=2,
+                 renew_period_s=0.5)
+    manager.start(identity="replica-a", **lease)
+    (tmp_path / "b").mkdir()
+    standby = ManagerProcess(plane, tmp_path / "b", tokens, identity="replica-b", **lease)
+    try:
+        standby.start(wait="serving")
+        agents, job, name = to_placing(plane, api, mnodes, tokens, ns, tag, manager, tmp_path)
+        manager.terminate()
+        wait_for("the leader waits for the source, or exits", lambda: (
+            "waiting up to" in manager.log.read_text() or not manager.alive()))
+        release(plane, ns, "train-h")
+        assert manager.wait_exit() == 0
+        assert "MigrationHandedOver" in api.events(ns)
+        wait_for("the standby leading", lambda: standby.answers("/readyz"))
+        for a in agents.values():
+            a.url = standby.url
+        wait_for("the job running again", lambda: resumed(api, ns, job, agents))
+        assert job.pod == name and job.node == mnodes[1]
+        assert_resumed_exactly(job)
+        wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
+        assert [p["metadata"]["name"] for p in api.pods(ns)
+                if p["metadata"]["name"].startswith("train-h")] == [name]
+        assert 'specon_migrations_total{result="completed"} 1.0' in httpx.get(
+            f"{standby.url}/metrics").text
+    finally:
+        standby.kill()
+        release(plane, ns, "train-h")
+        cleanup(plane, api, ns)
