@@ -28,6 +28,13 @@ class _Server(uvicorn.Server):
         return contextlib.nullcontext()
 
 
+#: How long SIGTERM lets requests in flight finish before they are cancelled. An agent's
+#: heartbeat stream never ends by itself: without a bound the shutdown waited for it until the
+#: kubelet's SIGKILL, and the leader never handed over its migrations (shutdown_handover.py) nor
+#: released the Lease. The agent opens its next stream to the next leader.
+DRAIN_S = 3
+
+
 def configs(app: Any, settings: ManagerSettings) -> list[uvicorn.Config]:
     """The listeners: the main port (agents, /metrics, /status; TLS when a certificate is
     set) and, with ``extender_port``, the extender's own (which demands the scheduler's client
@@ -49,7 +56,7 @@ def configs(app: Any, settings: ManagerSettings) -> list[uvicorn.Config]:
         return uvicorn.Config(
             app, host=settings.host, port=port, log_level=settings.log_level,
             access_log=False, lifespan="off", ssl_certfile=cert, ssl_keyfile=key,
-            ssl_ca_certs=client_ca, http=http,
+            ssl_ca_certs=client_ca, http=http, timeout_graceful_shutdown=DRAIN_S,
             ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca is not None else ssl.CERT_NONE)
 
     out = [listener(settings.port)]
@@ -69,6 +76,9 @@ async def _serve(servers: list[_Server]) -> None:
     def stop() -> None:
         for s in servers:
             s.should_exit = True
+        hot = getattr(servers[0].config.app, "hot", None)
+        if hot is not None:
+            hot.end_streams()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)

@@ -108,6 +108,8 @@ class LoopHealth(Protocol):
 #: fault campaign found the agents heartbeating to a replica that had lost the Lease).
 STANDBY = _json(503, {"detail": "standby replica, not the leader: retry (a new connection "
                                 "reaches the leader)"}, ((b"connection", b"close"),))
+SHUTTING_DOWN = _json(503, {"detail": "the manager is shutting down: retry (a new connection "
+                                      "reaches the next leader)"})
 
 
 def _problems(exc: ValidationError) -> list[dict[str, Any]]:
@@ -332,6 +334,14 @@ class HotRoutes:
         self.extender_port = s.extender_port
         # A stream with no heartbeat for as long as makes its node stale is ended.
         self.stream_idle_s = s.heartbeat_interval_s * s.stale_after_intervals
+        self._streams: set[anyio.CancelScope] = set()
+
+    def end_streams(self) -> None:
+        """At shutdown (on the event loop): every open stream ends with a 503 line, as a
+        standby's does; its agent opens the next one, which reaches the next leader. A stream
+        never ends by itself, and the shutdown would wait for it."""
+        for scope in list(self._streams):
+            scope.cancel()
 
     def serves(self, scope: Scope) -> bool:
         """Is this request one of the hot calls, on a listener that serves it (with
@@ -397,9 +407,17 @@ class HotRoutes:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/x-ndjson")]})
         self.h.m.heartbeat_streams.inc()
+        ending = anyio.CancelScope()
+        self._streams.add(ending)
         try:
-            await self._stream(token, receive, send)
+            with ending:
+                await self._stream(token, receive, send)
+            self._streams.discard(ending)
+            if ending.cancelled_caught:
+                await send({"type": "http.response.body", "more_body": False,
+                            "body": self.h.stream_line(SHUTTING_DOWN)})
         finally:
+            self._streams.discard(ending)
             self.h.m.heartbeat_streams.dec()
 
     async def _stream(self, token: str, receive: Receive, send: Send) -> None:

@@ -46,7 +46,6 @@ from specon.core.qos_rules import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
 from specon.quantity import millicores, parse_cpu
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
-from specon_manager.handover import hand_over, step_failed
 from specon_manager.kube import (
     CUSTOM_KINDS,
     OWNERS,
@@ -62,6 +61,7 @@ from specon_manager.kube import (
     owner_path,
     pod_path,
 )
+from specon_manager.lead_lost import hand_over, step_failed
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, Reservation, pod_key
@@ -1301,7 +1301,7 @@ class MigrationController:
     # -- restart -------------------------------------------------------------------------------
     def hand_over(self) -> None:
         """This replica stopped leading: let go of the migrations in flight (their records stay
-        for the next leader: specon_manager.handover); not ready until restored again."""
+        for the next leader: specon_manager.lead_lost); not ready until restored again."""
         with self._lock:
             self._ready = False
             hand_over(self._migrations, self.state)

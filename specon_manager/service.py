@@ -27,6 +27,7 @@ from specon_manager.qos_book import EventPoster, QosBook
 from specon_manager.rebalance import Rebalancer
 from specon_manager.review_limit import ReviewLimiter
 from specon_manager.settings import ManagerSettings
+from specon_manager.shutdown_handover import hand_over_gated
 from specon_manager.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -138,11 +139,42 @@ class Service:
         for t in (self._thread, self._lease_thread):
             if t is not None:
                 t.join(10)
+        # The lease thread has stopped: the handover renews the Lease itself meanwhile.
+        self._hand_over_gated()
         if self.elector is not None and self.kube is not None:
             try:
                 self.elector.release()
             except (KubeError, OSError) as exc:
                 log.warning("lease not released: %s", exc)
+
+    def _hand_over_gated(self) -> None:
+        """The leader's last act: no bare pod's replacement left behind its gate
+        (specon_manager/shutdown_handover.py), the Lease renewed meanwhile."""
+        if self.controller is None or not self.leading or self.settings.shutdown_handover_s <= 0:
+            return
+        if self._thread is not None and self._thread.is_alive():
+            log.warning("shutdown: the controller loop is still in a pass; nothing handed over")
+            return
+        renewed: list[float] = []
+        elector = self.elector
+
+        def keep_lease() -> bool:
+            if elector is None:
+                return True
+            if not renewed or self.clock() - renewed[-1] >= self.settings.renew_period_s:
+                try:
+                    if not elector.try_acquire_or_renew():
+                        return False
+                except (KubeError, OSError) as exc:
+                    log.warning("shutdown: lease not renewed: %s", exc)
+                    return elector.holds()
+                renewed.append(self.clock())
+            return elector.holds()
+
+        try:
+            hand_over_gated(self.controller, self.settings.shutdown_handover_s, keep_lease)
+        except (KubeError, OSError) as exc:
+            log.warning("shutdown: migrations not handed over: %s", exc)
 
     # -- health -----------------------------------------------------------------------------
     def health(self) -> str | None:

@@ -145,6 +145,11 @@ class ManagerSettings(BaseSettings):
     #: the manager reports it (event MigrationSourceStuck, with the way out); the replacement
     #: keeps waiting for it, so that a job never runs twice.
     source_stuck_after_s: Positive = 120.0
+    #: At shutdown (SIGTERM) the leader ungates the bare pods' replacements waiting in phase
+    #: placing (a manager removed for good would leave them gated for ever): it waits up to
+    #: this long for evicted sources still terminating (0: hand nothing over). Keep it under
+    #: the pod's terminationGracePeriodSeconds (30 s in the chart). docs/manager.md, Shutdown.
+    shutdown_handover_s: float = Field(default=15.0, ge=0)
     #: Global rate limit: at most this many migrations start within ``migration_window_s``.
     max_migrations_per_window: int = Field(default=5, ge=0)
     migration_window_s: Positive = 60.0

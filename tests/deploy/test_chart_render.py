@@ -224,11 +224,12 @@ def test_every_workload_runs_as_its_own_service_account(plane_bin: Path, home: P
     used = {pod_spec(o)["serviceAccountName"] for o in objs
             if o["kind"] in ("Deployment", "DaemonSet", "Job")}
     assert used == accounts == {"specon-manager", "specon-agent", "specon-scheduler",
-                                "specon-agent-drain"}
+                                "specon-agent-drain", "specon-manager-stop"}
     for b in find(objs, "ClusterRoleBinding") + find(objs, "RoleBinding"):
         assert [s["name"] for s in b["subjects"]] in (["specon-manager"], ["specon-agent"],
                                                       ["specon-scheduler"],
-                                                      ["specon-agent-drain"])
+                                                      ["specon-agent-drain"],
+                                                      ["specon-manager-stop"])
 
 
 def test_uninstall_first_drains_the_agents_with_rights_to_nothing_else(
@@ -242,7 +243,8 @@ def test_uninstall_first_drains_the_agents_with_rights_to_nothing_else(
     job = one(objs, "Job", "specon-agent-drain")
     hooked = [o for o in objs if (o["metadata"].get("annotations") or {}).get("helm.sh/hook")]
     assert {(o["kind"], o["metadata"]["name"]) for o in hooked} == {
-        (k, "specon-agent-drain") for k in ("ServiceAccount", "Role", "RoleBinding", "Job")}
+        (k, n) for k in ("ServiceAccount", "Role", "RoleBinding", "Job")
+        for n in ("specon-agent-drain", "specon-manager-stop")}
     for o in hooked:
         ann = o["metadata"]["annotations"]
         assert ann["helm.sh/hook"] == "pre-delete"
@@ -267,7 +269,36 @@ def test_uninstall_first_drains_the_agents_with_rights_to_nothing_else(
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     assert job["spec"]["backoffLimit"] == 0 and spec["restartPolicy"] == "Never"
     off = docs(render(plane_bin, home, {"agent.drainOnUninstallSeconds": 0}))
-    assert not find(off, "Job")
+    assert [j["metadata"]["name"] for j in find(off, "Job")] == ["specon-manager-stop"]
+
+
+def test_uninstall_first_stops_the_manager_with_rights_to_nothing_else(
+    plane_bin: Path, home: Path,
+) -> None:
+    """helm uninstall runs a pre-delete Job that deletes the manager and waits until it has
+    exited: on SIGTERM its leader ungates the replacements waiting in placing while its RBAC
+    and the scheduler still exist (specon_manager/shutdown_handover.py). Its account may delete only
+    this release's manager Deployment and list pods. tests/deploy/test_drain_plane.py runs
+    it."""
+    objs = docs(render(plane_bin, home))
+    job = one(objs, "Job", "specon-manager-stop")
+    spec = pod_spec(job)
+    cmd = spec["containers"][0]["command"]
+    assert cmd[:3] == ["python", "-m", "specon_manager.drain"]
+    args = dict(zip(cmd[3::2], cmd[4::2], strict=True))
+    assert args["--deployment"] == "specon-manager" and args["--timeout-s"] == "60"
+    manager = one(objs, "Deployment", "specon-manager")
+    wanted = dict(kv.split("=") for kv in args["--selector"].split(","))
+    assert wanted == manager["spec"]["selector"]["matchLabels"]
+    assert spec["containers"][0]["image"] == pod_spec(manager)["containers"][0]["image"]
+    assert one(objs, "Role", "specon-manager-stop")["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["deployments"],
+         "resourceNames": ["specon-manager"], "verbs": ["delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    for values in ({"manager.migration.stopOnUninstallSeconds": 0},
+                   {"manager.migration.enabled": False}):
+        off = docs(render(plane_bin, home, values))
+        assert [j["metadata"]["name"] for j in find(off, "Job")] == ["specon-agent-drain"]
 
 
 def test_shared_volume_claim_or_existing(plane_bin: Path, home: Path) -> None:
@@ -431,7 +462,7 @@ def test_network_policies_are_optional_and_admit_only_the_chart_s_clients(
     assert "ingress" not in deny and deny["policyTypes"] == ["Ingress"]
     comps = [e for e in deny["podSelector"]["matchExpressions"]
              if e["key"] == "app.kubernetes.io/component"]
-    assert comps[0]["values"] == ["scheduler", "agent-drain"]
+    assert comps[0]["values"] == ["scheduler", "agent-drain", "manager-stop"]
     # existing mode: only the peers named for the extender port (none: no rule for it)
     objs = docs(render(plane_bin, home, {"networkPolicy.enabled": True,
                                          "scheduler.mode": "existing"}))

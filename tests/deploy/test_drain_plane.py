@@ -88,3 +88,42 @@ def test_the_hook_deletes_the_agents_and_waits_until_they_are_gone(
     assert res.returncode == 1
     assert stuck in res.stderr and "--no-hooks" in res.stderr, res.stderr
     plane.kubectl("annotate", "-n", ns, f"pod/{stuck}", "specon.test/kubelet-gone-")
+
+
+def test_the_stop_hook_deletes_the_manager_and_waits_until_it_has_exited(
+    plane: Plane, plane_namespace: str, plane_bin: Path, tmp_path: Path,
+) -> None:
+    """The manager's uninstall hook, as its own account with the Role the chart renders (what
+    the manager does on SIGTERM: tests/manager/test_migration_handover_plane.py)."""
+    ns = plane_namespace
+    tag = f"ds{uuid.uuid4().hex[:6]}"
+    plane.add_nodes(1, prefix=tag, labels={"specon-test": tag})
+    objs = docs(render(plane_bin, tmp_path / "helm", namespace=ns))
+    rules = one(objs, "Role", "specon-manager-stop")["rules"]
+    cmd = one(objs, "Job", "specon-manager-stop")["spec"]["template"]["spec"]["containers"][0][
+        "command"]
+    selector = cmd[cmd.index("--selector") + 1]
+    labels = dict(kv.split("=") for kv in selector.split(","))
+    kubeconfig = plane.service_account_kubeconfig(ns, "specon-manager-stop", rules=rules)
+    pod = agents_daemonset(tag, labels)["spec"]["template"]
+    plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "specon-manager"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": pod}}))
+
+    def pods() -> list[dict[str, Any]]:
+        out = plane.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json")
+        items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
+        return items
+
+    deadline = time.monotonic() + 60
+    while not [p for p in pods() if p["status"].get("phase") == "Running"]:
+        assert time.monotonic() < deadline, "manager pod not running"
+        time.sleep(0.3)
+    res = subprocess.run(
+        [sys.executable, "-m", "specon_manager.drain", "--kubeconfig", str(kubeconfig),
+         "--namespace", ns, "--deployment", "specon-manager", "--selector", selector,
+         "--timeout-s", "60"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert pods() == []
+    gone = plane.kubectl("get", "deployment", "-n", ns, "specon-manager", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr

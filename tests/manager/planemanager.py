@@ -140,6 +140,12 @@ class ManagerProcess:
         assert self.proc is not None
         return self.proc.wait(timeout)
 
+    def terminate(self) -> None:
+        """SIGTERM, as the kubelet sends when the pod is deleted (``helm uninstall``, a rolling
+        update); :meth:`wait_exit` waits for the shutdown."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)

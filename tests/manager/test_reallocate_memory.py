@@ -24,7 +24,10 @@ def dead_kube() -> Kube:
 
 def controller() -> MigrationController:
     ctl = MigrationController(dead_kube(), ClusterState(stale_after_s=30),
-                              ManagerSettings(kubernetes=False, agent_auth="static"),
+                              # a policy whose agents ask to move (the shipped one plans
+                              # moves itself and answers every request "stay")
+                              ManagerSettings(kubernetes=False, agent_auth="static",
+                                              policy="paper"),
                               ManagerMetrics())
     m = Migration(id="abcdef123456", namespace="ns", pod="p", pod_uid="u-p", source="w1",
                   target="w2", kind="pod", owner="", owner_uid="", reason="converged",
