@@ -112,13 +112,14 @@ def test_the_chart_renders_the_rule_file_as_a_prometheus_rule(
 # -- a real Prometheus fires one ----------------------------------------------------------------
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[str]:
-    """A real manager process (no Kubernetes) that calls a node stale after 3 s of silence."""
+    """A real manager process (no Kubernetes) that calls a node stale after 6 s of silence
+    (long beside the 0.3 s between heartbeats, so a busy machine does not fire it early)."""
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{TOKEN} {NODE}\n")
     port = free_port()
     env = {**os.environ, "SPECON_MANAGER_HOST": "127.0.0.1", "SPECON_MANAGER_PORT": str(port),
            "SPECON_MANAGER_KUBERNETES": "false", "SPECON_MANAGER_TOKENS_FILE": str(tokens),
-           "SPECON_MANAGER_HEARTBEAT_INTERVAL_S": "1", "SPECON_MANAGER_STALE_AFTER_INTERVALS": "3"}
+           "SPECON_MANAGER_HEARTBEAT_INTERVAL_S": "2", "SPECON_MANAGER_STALE_AFTER_INTERVALS": "3"}
     with (tmp_path / "manager.log").open("wb") as log:
         proc = subprocess.Popen([_script("specon-manager")], env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
