@@ -130,7 +130,7 @@ def adopt_legacy(path: Path) -> None:
         log.warning("could not take over %s as %s: %s", legacy, path.name, exc)
 
 
-def _restore_recorded(actuator: Actuator, path: Path) -> None:
+def _restore_recorded(actuator: Actuator, path: Path, metrics: AgentMetrics) -> None:
     """Keep the originals in ``path`` and first put back every limit an earlier run of the
     agent recorded there (it was killed before it could): the agent then starts from the
     owners' limits, never from its own (docs/agent.md, "Limits that survive the agent")."""
@@ -140,6 +140,7 @@ def _restore_recorded(actuator: Actuator, path: Path) -> None:
     recorded = len(ledger.entries)
     if recorded or ledger.lifted:  # a pod lifted alone (killed between writes) goes back too
         failed = actuator.restore_all()
+        metrics.restore_failures.inc(len(failed))
         for cid, exc in failed.items():
             log.warning("could not restore the recorded limit of %s: %s", cid[:12], exc)
         log.info("restored %d of %d limits an earlier run recorded in %s", recorded - len(failed),
@@ -153,7 +154,7 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
     client = _docker_client(settings) if needs_docker else None
     actuator = _actuator(settings, client)
     if settings.originals_file is not None:
-        _restore_recorded(actuator, settings.originals_file)
+        _restore_recorded(actuator, settings.originals_file, metrics)
     meter = CpuMeter(settings.cgroup_root, client)
 
     def count(reason: str) -> None:

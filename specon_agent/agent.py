@@ -721,6 +721,7 @@ class Agent:
                     self._guarded(self.handle, more)
             self._guarded(self.step)
             self.watchdog.beat()  # a pass completed (/healthz)
+            self.metrics.loop_last_pass.set_to_current_time()
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         # The loop must outlive any one failure: log it with its traceback and go on.
@@ -737,6 +738,7 @@ class Agent:
         try:
             if self.config.restore_on_exit:
                 failed = self.actuator.restore_all()
+                self.metrics.restore_failures.inc(len(failed))
                 for cid, exc in failed.items():
                     log.warning("could not restore the limit of %s: %s", cid[:12], exc)
                 self._hint_restored(failed)

@@ -85,6 +85,16 @@ class AgentMetrics:
         self.loop_seconds = Histogram(
             "specon_agent_loop_duration_seconds", "Time of one pass of a control-loop phase.",
             ["phase"], buckets=_LOOP_BUCKETS, registry=r)
+        self.loop_last_pass = Gauge(
+            "specon_agent_loop_last_pass_timestamp_seconds",
+            "Unix time the control loop last completed a pass (its start-up before the first; "
+            "the alert SpeconAgentLoopStalled, docs/observability.md).", registry=r)
+        self.loop_last_pass.set_to_current_time()
+        self.restore_failures = Counter(
+            "specon_agent_limit_restore_failures_total",
+            "Changed CPU limits this agent could not put back to their owner's (at start-up, "
+            "from an earlier run's record, or at exit); the record keeps them for the next "
+            "start (the alert SpeconLimitsNotRestored).", registry=r)
         self.manager_calls = Counter(
             "specon_agent_manager_requests_total",
             "Calls to the manager, by kind (heartbeat, reallocation) and outcome.",

@@ -185,3 +185,24 @@ def test_the_node_named_file_takes_over_an_earlier_release_s_one_once(tmp_path: 
     Ledger(legacy).put("e" * 64, CpuLimit(50_000, 100_000))  # another node's, later: left alone
     adopt_legacy(mine)
     assert legacy.exists() and set(Ledger.open(mine).entries) == {"f" * 64}
+
+
+def test_a_recorded_limit_that_cannot_go_back_is_counted_for_the_alert(tmp_path: Path) -> None:
+    """SpeconLimitsNotRestored's counter: a start-up restore that fails is counted, and the
+    record keeps the limit for the next start. The container's cgroup is a directory tree
+    shaped like cgroup v2 whose cpu.max cannot be read or written (a directory): the fault a
+    real cgroup does not produce on demand."""
+    from specon_agent.__main__ import _restore_recorded
+    from specon_agent.metrics import AgentMetrics
+
+    cid = "a" * 64
+    (tmp_path / "cg" / f"docker-{cid}.scope" / "cpu.max").mkdir(parents=True)
+    file = tmp_path / "originals.json"
+    Ledger(file).put(cid, CpuLimit(50_000, 100_000))
+    metrics = AgentMetrics()
+    failures = "specon_agent_limit_restore_failures_total"
+    assert metrics.registry.get_sample_value(failures) == 0
+    _restore_recorded(CgroupActuator(root=tmp_path / "cg", version=2, node_cpus=2), file,
+                      metrics)
+    assert metrics.registry.get_sample_value(failures) == 1
+    assert cid in Ledger.open(file).entries  # kept for the next start

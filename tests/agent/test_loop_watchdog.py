@@ -109,6 +109,12 @@ def test_a_stalled_loop_fails_healthz_and_sends_no_fresh_heartbeat(tmp_path: Pat
         def delivered() -> float:
             return float(agent.metrics.manager_calls.labels("heartbeat", "ok")._value.get())
 
+        def last_pass_time() -> float:
+            value = agent.metrics.registry.get_sample_value(
+                "specon_agent_loop_last_pass_timestamp_seconds")
+            assert value is not None
+            return value
+
         try:
             wait("heartbeats", lambda: delivered() >= 3 and state.is_fresh("node-a"))
             assert healthz(port) == (200, "ok\n")
@@ -126,16 +132,19 @@ def test_a_stalled_loop_fails_healthz_and_sends_no_fresh_heartbeat(tmp_path: Pat
                 assert r.status == 200
             # No fresh heartbeat leaves (the last one made before the stall has gone by now),
             # and the manager sees the node stale (3 intervals of 0.2 s).
-            sent = delivered()
+            sent, last_pass = delivered(), last_pass_time()
             time.sleep(2.0)  # 10 of the link's intervals
             assert delivered() == sent, "heartbeats left while the loop was stalled"
             assert not state.is_fresh("node-a")
+            # What SpeconAgentLoopStalled reads: the time of the last pass stands still.
+            assert last_pass_time() == last_pass < time.time() - 2.0
 
             source.stalled.clear()
             source.release.set()
             wait("/healthz to recover", lambda: healthz(port) == (200, "ok\n"), timeout=5)
             wait("heartbeats again", lambda: delivered() > sent and state.is_fresh("node-a"),
                  timeout=10)
+            assert last_pass_time() > last_pass
         finally:
             source.release.set()
             stop.set()
