@@ -20,10 +20,11 @@ from typing import Any
 
 from specon.core.node import NodeController
 from specon.kube_events import event_body
+from specon.names import REPORTER_AGENT
 
 log = logging.getLogger(__name__)
 
-CONTROLLER = "specon.io/agent"
+CONTROLLER = REPORTER_AGENT
 ACTION = "Throttle"
 LOWERED, RAISED, RESTORED = "CPULimitLowered", "CPULimitRaised", "CPULimitRestored"
 #: The shortest time between two Events about one pod (seconds).
