@@ -51,6 +51,8 @@ ANNOTATION_MOVE_COST = "specon.io/move-cost-s"
 LABEL_MIGRATING = "specon.io/migrating"
 #: The scheduling gate that holds a replacement until its source is gone.
 GATE_MIGRATION = "specon.io/migration"
+#: The node agent as the ``reportingController`` of its Events (docs/agent.md, "Events").
+REPORTER_AGENT = "specon.io/agent"
 
 # -- the training contract: environment and files -------------------------------------------
 #: Folder of the job's checkpoints (on the shared volume); unset: checkpointing is off.
@@ -72,6 +74,7 @@ ANNOTATIONS = (
     ANNOTATION_REBALANCED, ANNOTATION_MIGRATION_ID, ANNOTATION_MOVE_COST,
 )
 GATES = (GATE_MIGRATION,)
+REPORTERS = (REPORTER_AGENT,)
 ENVIRONMENT = (ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_EVERY, ENV_PROGRESS_FILE)
 FILES = (REQUEST_FILE, SAVED_FILE, THREADS_FILE)
 

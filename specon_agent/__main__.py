@@ -23,6 +23,7 @@ from .actuators.ledger import Ledger
 from .agent import Agent, LoopConfig
 from .cpu import CpuMeter
 from .discovery import DockerDiscovery, KubeDiscovery
+from .events import LimitEvents, kube_sender
 from .health import serve
 from .link import ManagerLink
 from .metrics import AgentMetrics
@@ -161,12 +162,18 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
         metrics.discovery_errors.labels(reason).inc()
 
     discovery: DockerDiscovery | KubeDiscovery
-    if settings.mode == "standalone":
+    events = None
+    if settings.mode == "standalone":  # no Kubernetes: no Events
         discovery = DockerDiscovery(client, settings.label, on_error=count)
     else:
-        discovery = KubeDiscovery(_kube_api(settings), settings.node_name, settings.label,
+        core = _kube_api(settings)
+        discovery = KubeDiscovery(core, settings.node_name, settings.label,
                                   settings.pod_log_root, settings.progress_root, on_error=count,
                                   scheduler_name=settings.scheduler_name)
+        if settings.events:
+            events = LimitEvents(kube_sender(core.api_client), settings.node_name,
+                                 window_s=settings.events_window_s,
+                                 count=lambda outcome: metrics.limit_events.labels(outcome).inc())
     link = None
     if settings.manager_ca_file is not None:
         try:
@@ -188,7 +195,7 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
         qos_interval_s=settings.qos_interval_s, qos_window_s=settings.qos_window_s,
         qos_floor_cores=settings.qos_floor_cores, policy=settings.policy,
         stall_s=settings.loop_stall_s)
-    agent = Agent(config, actuator, meter, link=link, metrics=metrics)
+    agent = Agent(config, actuator, meter, link=link, metrics=metrics, limit_events=events)
     log.info("specon-agent %s mode on node %s: policy %s, actuator %s (%.3g CPUs), CPU use "
              "from %s, manager %s", settings.mode, settings.node_name, settings.policy,
              actuator.name, actuator.node_cpus, meter.source, settings.manager_url or "none")
@@ -237,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             discovery.stop()
             if agent.link is not None:
                 agent.link.stop()
+            if agent.limit_events is not None:
+                agent.limit_events.close()  # the restores' Events, for a few seconds at most
     return 0
 
 

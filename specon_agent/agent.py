@@ -39,10 +39,11 @@ from specon.wire import (
     SavedCheckpoint,
 )
 
-from .actuators import Actuator, ActuatorError, ContainerGone
+from .actuators import Actuator, ActuatorError, ContainerGone, LimitChange
 from .checkpoints import SMALL_FILE, CheckpointProofs, Proof, checkpoint_dirfd
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Event, Resync, Target
+from .events import LimitEvents, LimitNote, limit_source
 from .health import LoopWatchdog, stall_bound
 from .link import ManagerLink
 from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
@@ -163,10 +164,13 @@ class Agent:
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        limit_events: LimitEvents | None = None,
     ) -> None:
         """``clock``: the wall clock, for what is stamped (heartbeats, requests, the QoS
         judgements against deadlines); ``monotonic``: what the loop is scheduled on, so that
-        a step of the wall clock never stalls or races it (issue 32)."""
+        a step of the wall clock never stalls or races it (issue 32); ``limit_events``: where
+        each limit change is told (Kubernetes Events on the pod; None: nowhere)."""
+        self.limit_events = limit_events
         self.config = config
         self.actuator = actuator
         self.meter = meter
@@ -387,6 +391,7 @@ class Agent:
                 used = self.meter.usage_ns(ch.container_id)
                 changed.demand_mark = (None if used is None
                                        else (now, used, self.meter.wait_ns(ch.container_id)))
+            self._tell(ch)
         gone = []
         for cid, exc in failed.items():
             self.metrics.limit_failures.labels(exc.reason).inc()
@@ -399,6 +404,19 @@ class Agent:
                 self._retry_at = now + self.config.poll_s
         for cid in gone:
             self.depart(cid, now, "vanished (container or cgroup gone)")
+
+    def _tell(self, ch: LimitChange, restored: bool = False) -> None:
+        """Offer the change to the Events poster (never waits)."""
+        job = self.jobs.get(ch.container_id)
+        if self.limit_events is None or job is None or not job.target.uid:
+            return
+        view = self.control.jobs.get(ch.container_id)
+        t = job.target
+        self.limit_events.offer(LimitNote(
+            t.namespace, t.pod, t.uid, t.container, ch.before.cores, ch.after.cores,
+            restored=restored, category=view.cat.category.value if view else None,
+            why="the agent is stopping" if restored else
+            limit_source(self.control, ch.container_id, self.policy.share)))
 
     def _hint_threads(self, cid: str, cores: float | None) -> None:
         """Tell the job how many threads its new limit is worth (training contract §6)."""
@@ -737,7 +755,8 @@ class Agent:
         # The limits first: the one thing that must happen before the grace period ends.
         try:
             if self.config.restore_on_exit:
-                failed = self.actuator.restore_all()
+                failed = self.actuator.restore_all(
+                    on_change=lambda ch: self._tell(ch, restored=True))
                 self.metrics.restore_failures.inc(len(failed))
                 for cid, exc in failed.items():
                     log.warning("could not restore the limit of %s: %s", cid[:12], exc)

@@ -59,6 +59,11 @@ class AgentMetrics:
         self.limit_writes = Counter(
             "specon_agent_limit_writes_total", "CPU limit writes that changed a limit.",
             ["direction"], registry=r)
+        self.limit_events = Counter(
+            "specon_agent_limit_events_total",
+            "Limit changes told as Kubernetes Events, by outcome: posted, merged (into the "
+            "pod's next Event), dropped (queue full), failed (the API refused or did not answer).",
+            ["outcome"], registry=r)
         self.limit_failures = Counter(
             "specon_agent_limit_write_failures_total",
             "CPU limit reads or writes that failed, by reason (gone, unavailable, error).",

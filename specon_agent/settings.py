@@ -88,6 +88,12 @@ class AgentSettings(BaseSettings):
     cpu_period_us: int = Field(100_000, ge=1_000, le=1_000_000, description="CFS period")
     min_step: float = Field(
         0.05, ge=0, lt=1, description="skip limit writes smaller than this fraction")
+    events: bool = Field(
+        True, description="post a Kubernetes Event on the pod for each CPU limit change "
+        "(cluster mode only; docs/agent.md, \"Events\")")
+    events_window_s: float = Field(
+        60.0, gt=0, le=3600, description="at most one limit Event per pod in this many "
+        "seconds; the changes in between are merged into the next one")
     restore_on_exit: bool = Field(True, description="put back the original limits on shutdown")
     originals_file: Path | None = Field(
         None, description="file on the node keeping each container's limit from before the "

@@ -12,13 +12,16 @@ import os
 import socket
 import ssl
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+
+from specon.kube_events import INSTANCE_CHARS, NOTE_BYTES
+from specon.kube_events import event_body as kube_event_body
+from specon.kube_events import events_path as events_path  # the manager's modules use it
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TRANSPORT = 0  # KubeError.status of a request that got no usable HTTP answer
@@ -224,17 +227,8 @@ def controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 #: The manager as its Events' ``reportingController`` (a qualified name, as the API requires).
 EVENT_CONTROLLER = "specon-manager"
-#: The API's limits on an Event's ``note`` (bytes) and ``reportingInstance`` (characters).
-EVENT_NOTE_BYTES = 1024
-EVENT_INSTANCE_CHARS = 128
-#: An object name is a DNS subdomain: at most 253 characters.
-_NAME_CHARS = 253
-
-
-def events_path(namespace: str) -> str:
-    """Where the manager posts its Events: events.k8s.io/v1 (core/v1's Event fields
-    ``involvedObject``, ``message``, ``source``, ``firstTimestamp`` ... are deprecated)."""
-    return f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+EVENT_NOTE_BYTES = NOTE_BYTES
+EVENT_INSTANCE_CHARS = INSTANCE_CHARS
 
 
 def event_instance() -> str:
@@ -246,32 +240,7 @@ def event_instance() -> str:
 
 def event_body(obj: dict[str, Any], reason: str, message: str, *, action: str,
                kind: str = "Pod", warning: bool = False) -> dict[str, Any]:
-    """An events.k8s.io/v1 Event about ``obj`` from the manager (``reportingController``
-    specon-manager): ``action`` is what the manager did or tried (``Migrate``), ``reason`` why,
-    ``message`` the note (cut to the API's 1 KiB, on a character boundary).
-
-    Named as client-go's recorder names them, ``<object>.<time in ns, hex>``: the events API
-    validates a ``generateName`` as a name, and ``<object>.`` is not one."""
-    md = meta(obj)
-    now = time.time_ns()
-    stamp = f"{now:x}"
-    base = md["name"][:_NAME_CHARS - len(stamp) - 1].rstrip("-.") or "event"
-    return {
-        "apiVersion": "events.k8s.io/v1", "kind": "Event",
-        "metadata": {"name": f"{base}.{stamp}", "namespace": md["namespace"]},
-        "regarding": {"apiVersion": obj.get("apiVersion", "v1"), "kind": kind,
-                      "name": md["name"], "namespace": md["namespace"],
-                      "uid": md.get("uid", "")},
-        "reason": reason,
-        "note": message.encode(errors="replace")[:EVENT_NOTE_BYTES].decode(errors="ignore"),
-        "type": "Warning" if warning else "Normal",
-        "action": action,
-        "reportingController": EVENT_CONTROLLER, "reportingInstance": event_instance(),
-        "eventTime": _micro_time(now),
-    }
-
-
-def _micro_time(ns: int) -> str:
-    """RFC 3339 with microseconds, UTC (the API's MicroTime)."""
-    seconds, rest = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1000:06d}Z"
+    """An Event about ``obj`` from the manager (specon.kube_events.event_body, with
+    ``reportingController`` specon-manager and this replica as ``reportingInstance``)."""
+    return kube_event_body(obj, reason, message, action=action, controller=EVENT_CONTROLLER,
+                           instance=event_instance(), kind=kind, warning=warning)

@@ -1,10 +1,10 @@
-"""One vocabulary (issue 18): every ``specon.io/…`` label or annotation and every ``SPECON_…``
-environment variable that the docs, the chart, the plain manifests, the examples and the
-Dockerfiles name is defined in the code, in one place (``specon.names`` for the labels,
-annotations and the training contract's variables; the settings models for the programs'
-``SPECON_AGENT_*`` and ``SPECON_MANAGER_*``; the test command for its own switches); and every
-label and annotation defined there is documented. The agent and the manager apply one opt-in
-rule."""
+"""One vocabulary (issue 18): every ``specon.io/…`` label, annotation or Event reporter and
+every ``SPECON_…`` environment variable that the docs, the chart, the plain manifests, the
+examples and the Dockerfiles name is defined in the code, in one place (``specon.names`` for
+the labels, annotations, reporters and the training contract's variables; the settings models
+for the programs' ``SPECON_AGENT_*`` and ``SPECON_MANAGER_*``; the test command for its own
+switches); and every label and annotation defined there is documented. The agent and the
+manager apply one opt-in rule."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def mentioned(pattern: str) -> dict[str, set[str]]:
 
 
 def test_every_label_and_annotation_in_the_docs_is_defined_once_and_documented() -> None:
-    defined = set(names.LABELS) | set(names.ANNOTATIONS) | set(names.GATES)
+    defined = set(names.LABELS) | set(names.ANNOTATIONS) | set(names.GATES) | set(
+        names.REPORTERS)
     assert len(names.LABELS) + len(names.ANNOTATIONS) == len(
         set(names.LABELS) | set(names.ANNOTATIONS))
     used = mentioned(r"specon\.io/[a-z0-9][a-z0-9.-]*[a-z0-9]")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -236,13 +236,18 @@ class Actuator(ABC):
         self._record(container_id, None)
         return change
 
-    def restore_all(self) -> dict[str, ActuatorError]:
+    def restore_all(
+        self, on_change: Callable[[LimitChange], None] | None = None
+    ) -> dict[str, ActuatorError]:
         """Restore every container this actuator changed (on shutdown). Never raises for one
-        container; a vanished container needs nothing. Returns the failures by container."""
+        container; a vanished container needs nothing. Returns the failures by container;
+        ``on_change`` hears each write."""
         failed: dict[str, ActuatorError] = {}
         for cid in list(self._original):
             try:
-                self.restore(cid)
+                change = self.restore(cid)
+                if change is not None and on_change is not None:
+                    on_change(change)
             except ContainerGone:
                 self._record(cid, None)
             except ActuatorError as exc:

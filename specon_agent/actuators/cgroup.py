@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -297,8 +297,10 @@ class CgroupActuator(Actuator):
         self._settle_parent(container_id)
         self._paths.pop(container_id, None)
 
-    def restore_all(self) -> dict[str, ActuatorError]:
-        failed = super().restore_all()
+    def restore_all(
+        self, on_change: Callable[[LimitChange], None] | None = None
+    ) -> dict[str, ActuatorError]:
+        failed = super().restore_all(on_change)
         # Pods lifted for no container still changed (lifted by an earlier run, found in the
         # ledger, or left by a failure between the writes) go back too.
         for parent in [p for p in self._lifted if p not in self._parent_of.values()]:

@@ -150,6 +150,9 @@ def test_agent_gets_exactly_its_actuators_host_access(
     rules = one(objs, "ClusterRole", "specon-agent")["rules"]
     resources = {r for rule in rules for r in rule["resources"]}
     assert ("pods/resize" in resources) == (actuator == "resize")
+    # its limit Events (docs/agent.md, "Events"): events.k8s.io only, create and patch
+    assert [r for r in rules if "events" in r["resources"]] == [
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
     # a resize is admitted only on the agent's own node (the policy goes with the verb)
     assert bool(find(objs, "ValidatingAdmissionPolicy")) == (actuator == "resize")
     env = env_of(spec["containers"][0])
@@ -177,6 +180,12 @@ def test_agent_gets_exactly_its_actuators_host_access(
                                      "/sys/fs/cgroup/cpuacct/kubepods": True}
         assert env["SPECON_AGENT_ORIGINALS_FILE"] == (
             "/var/lib/specon-agent/originals-$(NODE_NAME).json")
+        assert (env["SPECON_AGENT_EVENTS"], env["SPECON_AGENT_EVENTS_WINDOW_S"]) == ("true", "60")
+        objs = docs(render(plane_bin, home, {"agent.events.enabled": False}))
+        assert not [r for r in one(objs, "ClusterRole", "specon-agent")["rules"]
+                    if "events" in r["resources"]]
+        assert env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])[
+            "SPECON_AGENT_EVENTS"] == "false"
         objs = docs(render(plane_bin, home, {"agent.stateHostPath": ""}))
         assert "/var/lib/specon-agent" not in host_access(objs)
         assert "SPECON_AGENT_ORIGINALS_FILE" not in env_of(
