@@ -501,7 +501,8 @@ def create_app(
             stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
             weights=Weights(settings.weight_progressing, settings.weight_watching,
                             settings.weight_converged),
-            placement=lookup(settings.policy).placement)
+            placement=lookup(settings.policy).placement,
+            reorder_window_s=settings.heartbeat_reorder_window_s)
     if auth is None:
         if tokens is None:
             tokens = NodeTokens.from_file(settings.tokens_file) if settings.tokens_file else (

@@ -103,6 +103,12 @@ class ManagerSettings(BaseSettings):
     #: A heartbeat whose ``time`` is further than this from the manager's clock is refused
     #: (422): a time far in the future would otherwise hide the node's later heartbeats.
     max_clock_skew_s: Positive = 300.0
+    #: A heartbeat received within this long of its node's kept one may be found late (an
+    #: older seq of the same agent boot, or a boot just replaced) and dropped; past it, the
+    #: manager's receive order wins, so one heartbeat with a huge seq or a made-up boot id
+    #: hides the node's real ones for at most this long. Keep it below the agents'
+    #: ``heartbeat_s`` (10 s): then the next real heartbeat is always heard.
+    heartbeat_reorder_window_s: Positive = 5.0
 
     # -- the algorithms' parameters (sent to every agent in each heartbeat reply) ---------------
     alpha: Positive = defaults.ALPHA

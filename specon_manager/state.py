@@ -33,7 +33,7 @@ from specon.core.scoring import (
     worker_view,
 )
 from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
-from specon_manager.heartbeat_order import newer
+from specon_manager.heartbeat_order import Kept, Retired, newer
 from specon_manager.kube import OWNERS
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
@@ -232,14 +232,17 @@ class ClusterState:
     #: The policy's placement rule (specon.core.policy): how the extender scores nodes.
     placement: str = "specon"
     clock: Callable[[], float] = time.time
+    #: How long after a node's kept heartbeat the agent's boot id and seq may still mark a
+    #: heartbeat as late, older than it (:mod:`specon_manager.heartbeat_order`).
+    reorder_window_s: float = 5.0
     _nodes: dict[str, NodeRecord] = field(default_factory=dict)
     _where: dict[str, str] = field(default_factory=dict)  # namespace/pod -> reporting node
     _table: NodeTable = field(default_factory=NodeTable)
     _incoming: dict[str, int] = field(default_factory=dict)  # reservations per target
     _reservations: dict[str, Reservation] = field(default_factory=dict)
     _requests: dict[str, dict[str, CheckpointRequest]] = field(default_factory=dict)
-    #: Per node, the boot ids of agents since replaced (a late heartbeat of theirs is old).
-    _retired: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Per node, the boot ids of agents replaced within the reorder window, and when.
+    _retired: dict[str, Retired] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- heartbeats -----------------------------------------------------------------------------
@@ -252,13 +255,15 @@ class ClusterState:
         with self._lock:
             old = self._nodes.get(hb.node)
             if old is not None:
-                # A late, reordered heartbeat never replaces a newer one (by boot and seq).
-                ok, retired = newer(hb, old.boot, old.seq, old.time,
-                                    self._retired.get(hb.node, ()))
-                if not ok:
-                    return False
+                # A late, reordered heartbeat never replaces a newer one.
+                ok, retired = newer(hb, Kept(old.boot, old.seq, old.time, old.received), now,
+                                    self.reorder_window_s, self._retired.get(hb.node, ()))
                 if retired:
                     self._retired[hb.node] = retired
+                else:
+                    self._retired.pop(hb.node, None)
+                if not ok:
+                    return False
                 for key in old.pods:
                     if self._where.get(key) == hb.node:
                         del self._where[key]
