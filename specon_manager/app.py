@@ -42,7 +42,10 @@ from specon_manager.extender import (
     ExtenderArgs,
     ExtenderFilterResult,
     HostPriority,
+    TooManyNodes,
+    check_node_count,
     filter_nodes,
+    names_over,
     prioritize_nodes,
 )
 from specon_manager.heartbeat_order import skew_reason
@@ -294,11 +297,24 @@ class Handlers:
         return orjson.dumps({"status": a.status, "detail": detail}) + b"\n"
 
     # -- kube-scheduler -----------------------------------------------------------------------
+    async def extender_async(self, verb: str, body: bytes) -> Answer:
+        """:meth:`extender`, a large body on a worker thread (one at a time), so that its
+        decode and checks never hold the event loop that answers the heartbeats."""
+        if len(body) <= INLINE_BODY_BYTES:
+            return self.extender(verb, body)
+        return await anyio.to_thread.run_sync(self.extender, verb, body, limiter=self.big)
+
     def extender(self, verb: str, body: bytes) -> Answer:
         if self.standby():
             self.m.extender_requests.labels(verb, "standby").inc()
             return STANDBY
         start = time.perf_counter()
+        limit = self.settings.max_extender_nodes
+        over = names_over(body, limit) if len(body) > INLINE_BODY_BYTES else None
+        if over is not None:
+            self.m.extender_requests.labels(verb, "too_many_nodes").inc()
+            return _json(413, {"detail": f"NodeNames names at least {over} nodes, over the "
+                                         f"manager's max_extender_nodes ({limit}): refused"})
         try:
             args = orjson.loads(body)
         except orjson.JSONDecodeError as exc:  # also too deep: orjson stops at 1024 levels
@@ -307,11 +323,15 @@ class Handlers:
         try:
             if not isinstance(args, dict):
                 raise BadRequest("ExtenderArgs must be a JSON object")
+            check_node_count(args, limit)
             if verb == "filter":
                 out = Answer(200, orjson.dumps(filter_nodes(self.state, args, self.sched,
                                                             self.book)))
             else:
                 out = Answer(200, prioritize_nodes(self.state, args, self.sched, self.book))
+        except TooManyNodes as exc:
+            self.m.extender_requests.labels(verb, "too_many_nodes").inc()
+            return _json(413, {"detail": str(exc)})
         except BadRequest as exc:
             self.m.extender_requests.labels(verb, "bad_request").inc()
             return _json(400, {"detail": str(exc)})
@@ -350,13 +370,7 @@ class HotRoutes:
             if isinstance(body, Answer):
                 await self._refuse(send, body)
                 return
-            verb = path[1:]
-            if len(body) <= INLINE_BODY_BYTES:
-                answer = self.h.extender(verb, body)
-            else:
-                answer = await anyio.to_thread.run_sync(self.h.extender, verb, body,
-                                                        limiter=self.h.big)
-            await send_answer(send, answer)
+            await send_answer(send, await self.h.extender_async(path[1:], body))
             return
         authorization = header(scope, b"authorization")
         if path == STREAM_PATH:
@@ -592,13 +606,13 @@ def create_app(
               responses={200: {"model": ExtenderFilterResult}})
     async def filter_(request: Request) -> Response:
         """kube-scheduler's filter call (ExtenderArgs -> ExtenderFilterResult)."""
-        return answer(h.extender("filter", await request.body()))
+        return answer(await h.extender_async("filter", await request.body()))
 
     @app.post("/prioritize", tags=["extender"], openapi_extra=extender_doc,
               responses={200: {"model": list[HostPriority]}})
     async def prioritize(request: Request) -> Response:
         """kube-scheduler's prioritize call (ExtenderArgs -> HostPriorityList, scores 0-10)."""
-        return answer(h.extender("prioritize", await request.body()))
+        return answer(await h.extender_async("prioritize", await request.body()))
 
     if settings.expose_metrics:
         @app.get("/metrics", tags=["operations"])

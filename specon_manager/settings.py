@@ -33,6 +33,11 @@ class ManagerSettings(BaseSettings):
     #: node, so keep this well under the pod's memory limit (decoded JSON takes several times
     #: its size).
     max_extender_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Most candidate nodes one extender call may name (``NodeNames`` or ``Nodes.items``);
+    #: more are refused (413) before any is looked at. Kubernetes supports clusters of up to
+    #: 5,000 nodes and kube-scheduler sends an extender only the feasible ones; this is three
+    #: times that (docs/security.md). Raise it for a larger cluster.
+    max_extender_nodes: int = Field(default=15_000, ge=1)
     #: A request body not complete this long after its headers is dropped (408, the
     #: connection closed): a stalled sender holds neither memory nor a connection for long.
     body_timeout_s: Positive = 10.0
