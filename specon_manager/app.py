@@ -304,17 +304,27 @@ class Handlers:
             return self.extender(verb, body)
         return await anyio.to_thread.run_sync(self.extender, verb, body, limiter=self.big)
 
+    def peek_names(self, verb: str, start: bytes) -> Answer | None:
+        """413 for an extender body whose (undecoded) start already lists more NodeNames than
+        ``max_extender_nodes``: an oversized list is refused after its first few hundred KB,
+        the rest never read nor decoded."""
+        limit = self.settings.max_extender_nodes
+        over = names_over(start, limit)
+        if over is None:
+            return None
+        self.m.extender_requests.labels(verb.lstrip("/"), "too_many_nodes").inc()
+        return _json(413, {"detail": f"NodeNames names at least {over} nodes, over the "
+                                     f"manager's max_extender_nodes ({limit}): refused"})
+
     def extender(self, verb: str, body: bytes) -> Answer:
         if self.standby():
             self.m.extender_requests.labels(verb, "standby").inc()
             return STANDBY
         start = time.perf_counter()
         limit = self.settings.max_extender_nodes
-        over = names_over(body, limit) if len(body) > INLINE_BODY_BYTES else None
-        if over is not None:
-            self.m.extender_requests.labels(verb, "too_many_nodes").inc()
-            return _json(413, {"detail": f"NodeNames names at least {over} nodes, over the "
-                                         f"manager's max_extender_nodes ({limit}): refused"})
+        refused = self.peek_names(verb, body) if len(body) > INLINE_BODY_BYTES else None
+        if refused is not None:
+            return refused
         try:
             args = orjson.loads(body)
         except orjson.JSONDecodeError as exc:  # also too deep: orjson stops at 1024 levels
@@ -652,7 +662,7 @@ def create_app(
     intake = Intake(settings.max_agent_body_bytes, settings.max_extender_body_bytes,
                     settings.body_timeout_s, BodySlots(settings.max_unauthenticated_bodies),
                     trusted_port=settings.extender_port if settings.extender_client_ca_file
-                    else 0, on_refuse=refused)
+                    else 0, on_refuse=refused, peek_extender=h.peek_names)
     app.add_middleware(RequestGate, intake=intake, authenticate=h.agent_node_async)
     if hot_routes:
         app.hot = HotRoutes(h, intake)

@@ -12,6 +12,7 @@ A training pod's QoS annotations are read here (the first sight of the pod, see
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,22 +66,23 @@ class TooManyNodes(BadRequest):
     any of them is looked at, since every step after the decode costs with their number."""
 
 
-#: ExtenderArgs' NodeNames as kube-scheduler writes it (Go's encoding/json: no spaces).
-_NAMES_KEY = b'"NodeNames":['
+#: The start of ExtenderArgs' NodeNames list in the undecoded JSON.
+_NAMES_KEY = re.compile(rb'"NodeNames"[ \t\r\n]*:[ \t\r\n]*\[')
 _SCAN_BYTES = 64 * 1024
 
 
 def names_over(body: bytes, limit: int) -> int | None:
-    """A look before the decode: how many NodeNames the undecoded ``body`` holds, once that is
-    over ``limit`` (None: not over, or not written as kube-scheduler writes it; the decode and
-    :func:`check_node_count` decide). Counted from the list's commas, 64 KiB at a time, so an
-    oversized list is refused after its first few hundred KB, before the decode of megabytes
-    that holds the interpreter (and so the heartbeats) for tens of ms. A node name never holds
-    a comma (a DNS subdomain), so the count is never over the names a valid body has."""
-    pos = body.find(_NAMES_KEY)
-    if pos < 0:
+    """A look before the decode: how many NodeNames the undecoded ``body`` (or its start)
+    holds, once that is over ``limit`` (None: not over, or the key not written plainly; the
+    decode and :func:`check_node_count` decide). Counted from the list's commas, 64 KiB at a
+    time, so an oversized list is refused from its first few hundred KB, before the decode of
+    megabytes that holds the interpreter (and so the heartbeats) for tens of ms. A node name
+    never holds a comma (a DNS subdomain), so the count is never over the names a valid body
+    has."""
+    found = _NAMES_KEY.search(body)
+    if found is None:
         return None
-    pos += len(_NAMES_KEY)
+    pos = found.end()
     end = body.find(b"]", pos)
     end = len(body) if end < 0 else end
     commas = 0

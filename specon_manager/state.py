@@ -216,11 +216,19 @@ class NodeTable:
     def encode(self, names: list[str], rows: npt.NDArray[np.intp],
                scores: npt.NDArray[np.int64]) -> bytes:
         """The HostPriorityList ``[{"Host": name, "Score": score}, ...]`` as JSON bytes: the
-        rows' encoded items gathered by score (a name with no row is encoded here)."""
-        items = self.encoded[rows, scores]
-        for k in np.flatnonzero(rows == 0).tolist():
-            items[k] = host_priority(names[k], int(scores[k]))
-        return b"[" + b",".join(items.tolist()) + b"]"
+        rows' encoded items gathered by score (under the state's lock), then the names with
+        no row encoded (:func:`finish`, after it)."""
+        return finish(names, rows, scores, self.encoded[rows, scores])
+
+
+def finish(names: list[str], rows: npt.NDArray[np.intp], scores: npt.NDArray[np.int64],
+           items: npt.NDArray[np.object_]) -> bytes:
+    """The HostPriorityList from the gathered ``items``, the names with no row (row 0) encoded
+    here: it reads no table, so it runs outside the lock that heartbeats wait for (a call
+    naming thousands of unknown nodes took tens of ms)."""
+    for k in np.flatnonzero(rows == 0).tolist():
+        items[k] = host_priority(names[k], int(scores[k]))
+    return b"[" + b",".join(items.tolist()) + b"]"
 
 
 @dataclass
@@ -375,14 +383,19 @@ class ClusterState:
         if qos or self.placement == "specon":
             with self._lock:  # rows are reused after forget_node: gather under the lock
                 rows = t.rows(names)
-                return t.encode(names, rows, self._table_priorities(rows, qos))
+                scores = self._table_priorities(rows, qos)
+                items = t.encoded[rows, scores]
+            return finish(names, rows, scores, items)
         return self.encoded_scores(names, self.priorities(names, MAX_PRIORITY))
 
     def encoded_scores(self, names: list[str], scores: list[int]) -> bytes:
         """A HostPriorityList of given scores (0..MAX_PRIORITY) for these nodes."""
         t = self._table
+        by_row = np.asarray(scores, dtype=np.int64)
         with self._lock:
-            return t.encode(names, t.rows(names), np.asarray(scores, dtype=np.int64))
+            rows = t.rows(names)
+            items = t.encoded[rows, by_row]
+        return finish(names, rows, by_row, items)
 
     def is_fresh(self, node: str, now: float | None = None) -> bool:
         now = self.clock() if now is None else now
