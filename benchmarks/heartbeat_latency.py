@@ -16,7 +16,7 @@ to the manager's body limit (``max_extender_body_bytes``, 4 MiB: about 300,000 n
 number sends that many. Per phase the heartbeat's p50 and p99; per repeat the ratio
 loaded/quiet, so that runs on different machines or commits compare by ratio. Printed: each
 repeat, then the mean and its 95% interval (Student's t over the repeats) of each figure, and
-the extender answers by status.
+the extender answers by status with the manager's CPU a call.
 
 ``--source DIR`` starts the manager from another checkout (its ``specon_manager`` first on the
 path), to measure a commit against this one with the same client. Everything stays on loopback;
@@ -74,6 +74,12 @@ def names_body(limit: int, count: int) -> bytes:
             count -= 1000
     names = [f"node-{i}" for i in range(count)]
     return head + json.dumps(names, separators=(",", ":")).encode() + b"}"
+
+
+def cpu_s(pid: int) -> float:
+    """A process's CPU seconds (user and system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -185,6 +191,7 @@ def main() -> None:
                   f"{'p50 x':>7} {'p99 x':>7}")
             rows: list[tuple[float, float, float, float]] = []
             answers: dict[int, int] = {}
+            cpu_loaded = 0.0
             seq = 1
             for r in range(args.repeats):
                 quiet = heartbeats(port, args.seconds, seq)
@@ -195,6 +202,7 @@ def main() -> None:
                          for _ in range(args.clients)]
                 for p in procs:
                     p.start()
+                cpu0 = cpu_s(proc.pid)
                 time.sleep(0.5)
                 loaded = heartbeats(port, args.seconds, seq)
                 seq += len(loaded)
@@ -203,6 +211,7 @@ def main() -> None:
                         answers[status] = answers.get(status, 0) + n
                 for p in procs:
                     p.join()
+                cpu_loaded += cpu_s(proc.pid) - cpu0
                 row = (1000 * statistics.median(quiet), 1000 * pct(quiet, 99),
                        1000 * statistics.median(loaded), 1000 * pct(loaded, 99))
                 rows.append(row)
@@ -214,8 +223,11 @@ def main() -> None:
                   f"p99 {mean_ci([x[3] for x in rows])} ms; ratio p50 "
                   f"{mean_ci([x[2] / x[0] for x in rows])}, p99 "
                   f"{mean_ci([x[3] / x[1] for x in rows])}")
+            calls = sum(answers.values())
             print("extender answers by status (0: connection error): "
-                  + ", ".join(f"{k}: {v}" for k, v in sorted(answers.items())))
+                  + ", ".join(f"{k}: {v}" for k, v in sorted(answers.items()))
+                  + f"; the manager's CPU in the loaded phases: {cpu_loaded:.1f} s, "
+                  f"{1000 * cpu_loaded / max(1, calls):.1f} ms a call (heartbeats included)")
         finally:
             proc.terminate()
             proc.wait(10)
