@@ -42,7 +42,10 @@ from specon_manager.extender import (
     ExtenderArgs,
     ExtenderFilterResult,
     HostPriority,
+    TooManyNodes,
+    check_node_count,
     filter_nodes,
+    names_over,
     prioritize_nodes,
 )
 from specon_manager.heartbeat_order import skew_reason
@@ -296,11 +299,34 @@ class Handlers:
         return orjson.dumps({"status": a.status, "detail": detail}) + b"\n"
 
     # -- kube-scheduler -----------------------------------------------------------------------
+    async def extender_async(self, verb: str, body: bytes) -> Answer:
+        """:meth:`extender`, a large body on a worker thread (one at a time), so that its
+        decode and checks never hold the event loop that answers the heartbeats."""
+        if len(body) <= INLINE_BODY_BYTES:
+            return self.extender(verb, body)
+        return await anyio.to_thread.run_sync(self.extender, verb, body, limiter=self.big)
+
+    def peek_names(self, verb: str, start: bytes) -> Answer | None:
+        """413 for an extender body whose (undecoded) start already lists more NodeNames than
+        ``max_extender_nodes``: an oversized list is refused after its first few hundred KB,
+        the rest never read nor decoded."""
+        limit = self.settings.max_extender_nodes
+        over = names_over(start, limit)
+        if over is None:
+            return None
+        self.m.extender_requests.labels(verb.lstrip("/"), "too_many_nodes").inc()
+        return _json(413, {"detail": f"NodeNames names at least {over} nodes, over the "
+                                     f"manager's max_extender_nodes ({limit}): refused"})
+
     def extender(self, verb: str, body: bytes) -> Answer:
         if self.standby():
             self.m.extender_requests.labels(verb, "standby").inc()
             return STANDBY
         start = time.perf_counter()
+        limit = self.settings.max_extender_nodes
+        refused = self.peek_names(verb, body) if len(body) > INLINE_BODY_BYTES else None
+        if refused is not None:
+            return refused
         try:
             args = orjson.loads(body)
         except orjson.JSONDecodeError as exc:  # also too deep: orjson stops at 1024 levels
@@ -309,11 +335,15 @@ class Handlers:
         try:
             if not isinstance(args, dict):
                 raise BadRequest("ExtenderArgs must be a JSON object")
+            check_node_count(args, limit)
             if verb == "filter":
                 out = Answer(200, orjson.dumps(filter_nodes(self.state, args, self.sched,
                                                             self.book)))
             else:
                 out = Answer(200, prioritize_nodes(self.state, args, self.sched, self.book))
+        except TooManyNodes as exc:
+            self.m.extender_requests.labels(verb, "too_many_nodes").inc()
+            return _json(413, {"detail": str(exc)})
         except BadRequest as exc:
             self.m.extender_requests.labels(verb, "bad_request").inc()
             return _json(400, {"detail": str(exc)})
@@ -360,13 +390,7 @@ class HotRoutes:
             if isinstance(body, Answer):
                 await self._refuse(send, body)
                 return
-            verb = path[1:]
-            if len(body) <= INLINE_BODY_BYTES:
-                answer = self.h.extender(verb, body)
-            else:
-                answer = await anyio.to_thread.run_sync(self.h.extender, verb, body,
-                                                        limiter=self.h.big)
-            await send_answer(send, answer)
+            await send_answer(send, await self.h.extender_async(path[1:], body))
             return
         authorization = header(scope, b"authorization")
         if path == STREAM_PATH:
@@ -519,7 +543,8 @@ def create_app(
             stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
             weights=Weights(settings.weight_progressing, settings.weight_watching,
                             settings.weight_converged),
-            placement=lookup(settings.policy).placement)
+            placement=lookup(settings.policy).placement,
+            reorder_window_s=settings.heartbeat_reorder_window_s)
     if auth is None:
         if tokens is None:
             tokens = NodeTokens.from_file(settings.tokens_file) if settings.tokens_file else (
@@ -612,13 +637,13 @@ def create_app(
               responses={200: {"model": ExtenderFilterResult}})
     async def filter_(request: Request) -> Response:
         """kube-scheduler's filter call (ExtenderArgs -> ExtenderFilterResult)."""
-        return answer(h.extender("filter", await request.body()))
+        return answer(await h.extender_async("filter", await request.body()))
 
     @app.post("/prioritize", tags=["extender"], openapi_extra=extender_doc,
               responses={200: {"model": list[HostPriority]}})
     async def prioritize(request: Request) -> Response:
         """kube-scheduler's prioritize call (ExtenderArgs -> HostPriorityList, scores 0-10)."""
-        return answer(h.extender("prioritize", await request.body()))
+        return answer(await h.extender_async("prioritize", await request.body()))
 
     if settings.expose_metrics:
         @app.get("/metrics", tags=["operations"])
@@ -658,7 +683,7 @@ def create_app(
     intake = Intake(settings.max_agent_body_bytes, settings.max_extender_body_bytes,
                     settings.body_timeout_s, BodySlots(settings.max_unauthenticated_bodies),
                     trusted_port=settings.extender_port if settings.extender_client_ca_file
-                    else 0, on_refuse=refused)
+                    else 0, on_refuse=refused, peek_extender=h.peek_names)
     app.add_middleware(RequestGate, intake=intake, authenticate=h.agent_node_async)
     if hot_routes:
         app.hot = HotRoutes(h, intake)

@@ -12,6 +12,7 @@ A training pod's QoS annotations are read here (the first sight of the pod, see
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +28,8 @@ from specon_manager.state import (
 )
 
 __all__ = ["MAX_PRIORITY", "BadRequest", "ExtenderArgs", "ExtenderFilterResult", "HostPriority",
-           "filter_nodes", "prioritize_nodes"]
+           "TooManyNodes", "check_node_count", "filter_nodes", "names_over",
+           "prioritize_nodes"]
 
 
 class _Go(BaseModel):
@@ -57,6 +59,52 @@ class HostPriority(_Go):
 
 class BadRequest(ValueError):
     """The scheduler sent something that is not an ExtenderArgs."""
+
+
+class TooManyNodes(BadRequest):
+    """More candidate nodes than the manager serves (``max_extender_nodes``): refused before
+    any of them is looked at, since every step after the decode costs with their number."""
+
+
+#: The start of ExtenderArgs' NodeNames list in the undecoded JSON.
+_NAMES_KEY = re.compile(rb'"NodeNames"[ \t\r\n]*:[ \t\r\n]*\[')
+_SCAN_BYTES = 64 * 1024
+
+
+def names_over(body: bytes, limit: int) -> int | None:
+    """A look before the decode: how many NodeNames the undecoded ``body`` (or its start)
+    holds, once that is over ``limit`` (None: not over, or the key not written plainly; the
+    decode and :func:`check_node_count` decide). Counted from the list's commas, 64 KiB at a
+    time, so an oversized list is refused from its first few hundred KB, before the decode of
+    megabytes that holds the interpreter (and so the heartbeats) for tens of ms. A node name
+    never holds a comma (a DNS subdomain), so the count is never over the names a valid body
+    has."""
+    found = _NAMES_KEY.search(body)
+    if found is None:
+        return None
+    pos = found.end()
+    end = body.find(b"]", pos)
+    end = len(body) if end < 0 else end
+    commas = 0
+    while pos < end:
+        commas += body.count(b",", pos, min(pos + _SCAN_BYTES, end))
+        pos += _SCAN_BYTES
+        if commas + 1 > limit:
+            return commas + 1
+    return None
+
+
+def check_node_count(args: Mapping[str, Any], limit: int) -> None:
+    """Refuse (:class:`TooManyNodes`) ExtenderArgs that name more than ``limit`` nodes."""
+    names = args.get("NodeNames")
+    nodes = args.get("Nodes")
+    items = nodes.get("items") if isinstance(nodes, dict) else None
+    count = len(names) if isinstance(names, list) else (
+        len(items) if isinstance(items, list) else 0)
+    if count > limit:
+        raise TooManyNodes(f"{'NodeNames' if isinstance(names, list) else 'Nodes.items'} "
+                           f"names {count} nodes, over the manager's max_extender_nodes "
+                           f"({limit}): refused")
 
 
 def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]] | None]:

@@ -80,10 +80,21 @@ def has_body(scope: Scope) -> bool:
         length is not None and length.strip() not in ("", "0"))
 
 
-async def read_body(receive: Receive, scope: Scope, limit: int, timeout_s: float) -> bytes | Answer:
+#: A body's start is shown to ``peek`` once this many bytes are in, and again at each doubling.
+PEEK_BYTES = 256 * 1024
+
+#: ``peek(the body so far)``: the refusal, or None to read on.
+Peek = Callable[[bytes], "Answer | None"]
+
+
+async def read_body(receive: Receive, scope: Scope, limit: int, timeout_s: float,
+                    peek: Peek | None = None) -> bytes | Answer:
     """The request body, or the refusal: 413 at once when Content-Length is over ``limit``
-    (nothing read), or as soon as the streamed bytes pass it; 408 when it is not complete
-    within ``timeout_s``; 499 when the client went away."""
+    (nothing read), or as soon as the streamed bytes pass it; ``peek``'s, from the body's
+    start (:data:`PEEK_BYTES`, then at each doubling): the rest is then received and dropped,
+    neither kept nor looked at, so that a client that sends its whole body before it reads
+    gets the answer, not a reset connection; 408 when it is not complete within
+    ``timeout_s``; 499 when the client went away."""
     length = header(scope, b"content-length")
     if length is not None:
         try:
@@ -95,6 +106,8 @@ async def read_body(receive: Receive, scope: Scope, limit: int, timeout_s: float
                                                f"limit of {limit} bytes"})
     chunks: list[bytes] = []
     seen = 0
+    next_peek = PEEK_BYTES
+    refused: Answer | None = None
     with anyio.move_on_after(timeout_s):
         while True:
             msg = await receive()
@@ -105,9 +118,21 @@ async def read_body(receive: Receive, scope: Scope, limit: int, timeout_s: float
             if seen > limit:
                 return json_answer(413, {"detail": f"request body over the limit of {limit} "
                                                    "bytes"})
+            more = msg.get("more_body", False)
+            if refused is not None:
+                if not more:
+                    return refused
+                continue
             chunks.append(chunk)
-            if not msg.get("more_body", False):
+            if not more:
                 return b"".join(chunks)
+            if peek is not None and seen >= next_peek:
+                next_peek = 2 * seen
+                refused = peek(b"".join(chunks))
+                if refused is not None:
+                    chunks = []
+    if refused is not None:  # the rest did not come in time: the refusal stands
+        return refused
     return json_answer(408, {"detail": f"request body not complete within {timeout_s:g} s"})
 
 
@@ -157,6 +182,9 @@ class Intake:
     trusted_port: int = 0
     #: Called with the status of each body refused (413) or dropped (408, 503).
     on_refuse: Callable[[int], None] = lambda status: None
+    #: ``peek_extender(path, the body so far)``: an extender body's refusal from its start
+    #: (:func:`read_body`'s ``peek``), or None to read on.
+    peek_extender: Callable[[str, bytes], Answer | None] | None = None
 
     def trusted(self, scope: Scope) -> bool:
         server = scope.get("server") or ("", 0)
@@ -164,14 +192,17 @@ class Intake:
 
     async def extender_body(self, scope: Scope, receive: Receive) -> bytes | Answer:
         """An extender call's body; from an unauthenticated client only in a free slot."""
+        path = scope["path"]
+        look = self.peek_extender
+        peek = None if look is None else lambda start: look(path, start)
         if self.trusted(scope):
             return self.counted(await read_body(receive, scope, self.extender_limit,
-                                                self.timeout_s))
+                                                self.timeout_s, peek))
         if not self.slots.enter():
             return self.counted(BUSY)
         try:
             return self.counted(await read_body(receive, scope, self.extender_limit,
-                                                self.timeout_s))
+                                                self.timeout_s, peek))
         finally:
             self.slots.leave()
 

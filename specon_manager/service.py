@@ -382,7 +382,8 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
         stale_after_s=settings.heartbeat_interval_s * settings.stale_after_intervals,
         weights=Weights(settings.weight_progressing, settings.weight_watching,
                         settings.weight_converged),
-        placement=lookup(settings.policy).placement)
+        placement=lookup(settings.policy).placement,
+        reorder_window_s=settings.heartbeat_reorder_window_s)
     metrics = ManagerMetrics()
     if kube is None and settings.kubernetes:
         kube = (Kube.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig

@@ -33,6 +33,11 @@ class ManagerSettings(BaseSettings):
     #: node, so keep this well under the pod's memory limit (decoded JSON takes several times
     #: its size).
     max_extender_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Most candidate nodes one extender call may name (``NodeNames`` or ``Nodes.items``);
+    #: more are refused (413) before any is looked at. Kubernetes supports clusters of up to
+    #: 5,000 nodes and kube-scheduler sends an extender only the feasible ones; this is three
+    #: times that (docs/security.md). Raise it for a larger cluster.
+    max_extender_nodes: int = Field(default=15_000, ge=1)
     #: A request body not complete this long after its headers is dropped (408, the
     #: connection closed): a stalled sender holds neither memory nor a connection for long.
     body_timeout_s: Positive = 10.0
@@ -103,6 +108,12 @@ class ManagerSettings(BaseSettings):
     #: A heartbeat whose ``time`` is further than this from the manager's clock is refused
     #: (422): a time far in the future would otherwise hide the node's later heartbeats.
     max_clock_skew_s: Positive = 300.0
+    #: A heartbeat received within this long of its node's kept one may be found late (an
+    #: older seq of the same agent boot, or a boot just replaced) and dropped; past it, the
+    #: manager's receive order wins, so one heartbeat with a huge seq or a made-up boot id
+    #: hides the node's real ones for at most this long. Keep it below the agents'
+    #: ``heartbeat_s`` (10 s): then the next real heartbeat is always heard.
+    heartbeat_reorder_window_s: Positive = 5.0
 
     # -- the algorithms' parameters (sent to every agent in each heartbeat reply) ---------------
     alpha: Positive = defaults.ALPHA

@@ -33,7 +33,7 @@ from specon.core.scoring import (
     worker_view,
 )
 from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
-from specon_manager.heartbeat_order import newer
+from specon_manager.heartbeat_order import Kept, Retired, newer
 from specon_manager.kube import OWNERS
 
 #: Annotation on a bare replacement pod naming the migration it belongs to.
@@ -216,11 +216,19 @@ class NodeTable:
     def encode(self, names: list[str], rows: npt.NDArray[np.intp],
                scores: npt.NDArray[np.int64]) -> bytes:
         """The HostPriorityList ``[{"Host": name, "Score": score}, ...]`` as JSON bytes: the
-        rows' encoded items gathered by score (a name with no row is encoded here)."""
-        items = self.encoded[rows, scores]
-        for k in np.flatnonzero(rows == 0).tolist():
-            items[k] = host_priority(names[k], int(scores[k]))
-        return b"[" + b",".join(items.tolist()) + b"]"
+        rows' encoded items gathered by score (under the state's lock), then the names with
+        no row encoded (:func:`finish`, after it)."""
+        return finish(names, rows, scores, self.encoded[rows, scores])
+
+
+def finish(names: list[str], rows: npt.NDArray[np.intp], scores: npt.NDArray[np.int64],
+           items: npt.NDArray[np.object_]) -> bytes:
+    """The HostPriorityList from the gathered ``items``, the names with no row (row 0) encoded
+    here: it reads no table, so it runs outside the lock that heartbeats wait for (a call
+    naming thousands of unknown nodes took tens of ms)."""
+    for k in np.flatnonzero(rows == 0).tolist():
+        items[k] = host_priority(names[k], int(scores[k]))
+    return b"[" + b",".join(items.tolist()) + b"]"
 
 
 @dataclass
@@ -232,14 +240,17 @@ class ClusterState:
     #: The policy's placement rule (specon.core.policy): how the extender scores nodes.
     placement: str = "specon"
     clock: Callable[[], float] = time.time
+    #: How long after a node's kept heartbeat the agent's boot id and seq may still mark a
+    #: heartbeat as late, older than it (:mod:`specon_manager.heartbeat_order`).
+    reorder_window_s: float = 5.0
     _nodes: dict[str, NodeRecord] = field(default_factory=dict)
     _where: dict[str, str] = field(default_factory=dict)  # namespace/pod -> reporting node
     _table: NodeTable = field(default_factory=NodeTable)
     _incoming: dict[str, int] = field(default_factory=dict)  # reservations per target
     _reservations: dict[str, Reservation] = field(default_factory=dict)
     _requests: dict[str, dict[str, CheckpointRequest]] = field(default_factory=dict)
-    #: Per node, the boot ids of agents since replaced (a late heartbeat of theirs is old).
-    _retired: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Per node, the boot ids of agents replaced within the reorder window, and when.
+    _retired: dict[str, Retired] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- heartbeats -----------------------------------------------------------------------------
@@ -252,13 +263,15 @@ class ClusterState:
         with self._lock:
             old = self._nodes.get(hb.node)
             if old is not None:
-                # A late, reordered heartbeat never replaces a newer one (by boot and seq).
-                ok, retired = newer(hb, old.boot, old.seq, old.time,
-                                    self._retired.get(hb.node, ()))
-                if not ok:
-                    return False
+                # A late, reordered heartbeat never replaces a newer one.
+                ok, retired = newer(hb, Kept(old.boot, old.seq, old.time, old.received), now,
+                                    self.reorder_window_s, self._retired.get(hb.node, ()))
                 if retired:
                     self._retired[hb.node] = retired
+                else:
+                    self._retired.pop(hb.node, None)
+                if not ok:
+                    return False
                 for key in old.pods:
                     if self._where.get(key) == hb.node:
                         del self._where[key]
@@ -371,14 +384,19 @@ class ClusterState:
         if qos or self.placement == "specon":
             with self._lock:  # rows are reused after forget_node: gather under the lock
                 rows = t.rows(names)
-                return t.encode(names, rows, self._table_priorities(rows, qos))
+                scores = self._table_priorities(rows, qos)
+                items = t.encoded[rows, scores]
+            return finish(names, rows, scores, items)
         return self.encoded_scores(names, self.priorities(names, MAX_PRIORITY))
 
     def encoded_scores(self, names: list[str], scores: list[int]) -> bytes:
         """A HostPriorityList of given scores (0..MAX_PRIORITY) for these nodes."""
         t = self._table
+        by_row = np.asarray(scores, dtype=np.int64)
         with self._lock:
-            return t.encode(names, t.rows(names), np.asarray(scores, dtype=np.int64))
+            rows = t.rows(names)
+            items = t.encoded[rows, by_row]
+        return finish(names, rows, by_row, items)
 
     def is_fresh(self, node: str, now: float | None = None) -> bool:
         now = self.clock() if now is None else now
