@@ -192,7 +192,9 @@ class Agent:
                      "--scheduler-name", SCHED, "--interval-s", "2", "--poll-s", "0.2",
                      "--heartbeat-s", "0.5", "--http-timeout-s", "2", "--backoff-max-s", "2",
                      "--metrics-port", str(self.metrics_port),
-                     "--metrics-address", "127.0.0.1", "--min-step", "0"]
+                     "--metrics-address", "127.0.0.1", "--min-step", "0",
+                     # the managers' policy (planemanager.ManagerProcess): moves on request
+                     "--policy", "paper"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.frozen = False
         self.start()

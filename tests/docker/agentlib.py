@@ -70,6 +70,10 @@ class AgentProcess:
         self.port = free_port()
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115
+        if "--policy" not in args:
+            # These tests check the research's rules (FlowCon's limits, Algorithm 3's
+            # requests); the shipped policy's are test_agent_progress_policy.py's.
+            args = [*args, "--policy", "paper"]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "specon_agent", "--metrics-port", str(self.port),
              "--metrics-address", "127.0.0.1", *args],

@@ -99,8 +99,12 @@ class ManagerProcess:
         if tokens is not None:
             self.tokens_file.write_text("".join(f"{t} {n}\n" for t, n in tokens.items()))
             static = {"tokens_file": self.tokens_file}
+        # The migration tests drive moves by the agents' requests (Algorithm 4), which the
+        # research's policy answers; the shipped policy plans its moves itself and answers
+        # every request "stay" (its planned moves: test_move_cost_manager.py, the real-node
+        # e2e). A test may name another policy.
         self.settings = {"host": "127.0.0.1", "port": self.port, "kubeconfig": plane.kubeconfig,
-                         **static, "reconcile_period_s": 0.2,
+                         "policy": "paper", **static, "reconcile_period_s": 0.2,
                          "heartbeat_interval_s": 60, "rebalance": False,
                          "checkpoint_timeout_s": 20, **settings}
         self.log = workdir / "manager.log"

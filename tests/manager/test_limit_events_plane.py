@@ -47,7 +47,7 @@ def test_each_limit_change_the_agent_makes_is_an_event_on_the_pod(
     events = LimitEvents(kube_sender(plane.api_client()), "node-ev", window_s=0)
     agent = Agent(LoopConfig(node="node-ev"), actuator(plane), CpuMeter(), limit_events=events)
     target = Target(cid=CID, namespace=ns, pod="ev1", uid=uid, container="main")
-    agent.arrive(target, now=0.0)  # FlowCon gives a lone new job the node: 2 -> 4 cores
+    agent.arrive(target, now=0.0)  # the share rule gives a lone new job the node: 2 -> 4 cores
     agent.control.set_qos_limits({CID: 0.125}, floor=0.125)  # a target's limit: 0.5 cores
     agent.apply(now=1.0)
     agent.close()  # the owner's 2 cores back
@@ -55,7 +55,7 @@ def test_each_limit_change_the_agent_makes_is_an_event_on_the_pod(
     got = agent_events(plane, ns)
     assert [(e["reason"], e["note"]) for e in got] == [
         ("CPULimitRaised", "CPU limit of container main raised from 2 cores to 4 cores; "
-         "job PC; set by FlowCon (list NL)"),
+         "job PC; set by the node share rule progress"),
         ("CPULimitLowered", "CPU limit of container main lowered from 4 cores to 0.5 cores; "
          "job PC; set for quality targets and deadlines (docs/qos.md)"),
         ("CPULimitRestored", "CPU limit of container main restored from 0.5 cores to 2 cores; "

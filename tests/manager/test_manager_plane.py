@@ -270,9 +270,11 @@ def test_new_training_pods_land_where_the_specon_score_prefers(
     port = free_port()
     (tmp_path / "tokens").write_text("".join(f"{t} {n}\n" for t, n in tokens.items()))
     sched, other = "specon-place", "other-place"
+    # The research's placement scores (Algorithm 2's, the figures below); the shipped
+    # policy's placement is test_manager_policy.py's
     settings = ManagerSettings(kubernetes=True, migration=False, heartbeat_interval_s=120,
                                kubeconfig=plane.kubeconfig, tokens_file=tmp_path / "tokens",
-                               scheduler_name=sched)
+                               scheduler_name=sched, policy="paper")
     app, _ = build(settings, kube=Kube.from_kubeconfig(plane.kubeconfig))
     recorder = Recorder(app)
     # One kube-scheduler, two profiles, both calling the extender: ``sched`` is SpeCon's

@@ -58,7 +58,10 @@ class AgentProcess:
                      "--manager-ca-file", str(ca),
                      "--progress-root", str(shared), "--pod-log-root", str(workdir / "logs"),
                      "--scheduler-name", SCHED, "--interval-s", "2", "--poll-s", "0.2",
-                     "--heartbeat-s", "0.5", "--metrics-port", "0", "--min-step", "0"]
+                     "--heartbeat-s", "0.5", "--metrics-port", "0", "--min-step", "0",
+                     # the research's policy: its agents ask to move a converged job
+                     # (Algorithm 4); the shipped one's moves are planned by the manager
+                     "--policy", "paper"]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
                                          cwd=REPO, start_new_session=True)
