@@ -68,7 +68,7 @@ class MovePlanner:
         for mv in plan_moves(nodes, cost, frozenset(movable), busy, self.state.weights):
             reply = self.controller.start(pods[mv.job], reason=REASON, target=mv.target,
                                           predicted_gain_s=mv.gain_s, cost_s=cost[mv.job])
-            log.info("move %s: %s -> %s (predicted gain %.0f s, charged %.0f s): %s %s",
+            log.info("move %s: %s -> %s (predicted gain %.0f s net of the %.0f s charged): %s %s",
                      mv.job, mv.source, mv.target, mv.gain_s, cost[mv.job], reply.decision,
                      reply.reason)
             if reply.decision == "migrate":
