@@ -95,7 +95,10 @@ def cpu_bound(job: dict[str, Any], name: str) -> dict[str, Any]:
     """The example Job renamed, its 0.1 s pause between steps spent computing instead of
     sleeping: a job that uses the core it is given."""
     job = renamed(job, name)
-    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    # four training pods share a 2-CPU node here: each copy asks to be scheduled with less
+    container["resources"]["requests"]["cpu"] = "250m"
+    command = container["command"]
     script = command[-1]
     assert "time.sleep(0.1)" in script and script.startswith("import random, time\n"), script
     command[-1] = script.replace("import random, time\n", "import random, time\n"
@@ -255,18 +258,21 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     # -- submit: every job lands on the first node (the second is cordoned meanwhile) -----------
     k("cordon", second)
     filler = example("training-job.yaml", node_images)[0]
-    # Beside the migratable job: one copy of the example that uses its core, and the example
-    # as it is, which sleeps between steps: the agent gives the sleeper's unused cores up
-    # (docs/algorithms.md, "Demand"), and a move to the empty node pays.
-    docs = [cpu_bound(filler, "quadratic-a"), renamed(filler, "quadratic-b"),
+    # Beside the migratable job: two copies of the example that use their core, and the
+    # example as it is, which sleeps between steps: the agent gives the sleeper's unused cores
+    # up (docs/algorithms.md, "Demand"), and with the node's two cores busy a move of the
+    # migratable job to the empty node pays.
+    sleeping = renamed(filler, "quadratic-c")
+    sleeping["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "250m"
+    docs = [cpu_bound(filler, "quadratic-a"), cpu_bound(filler, "quadratic-b"), sleeping,
             *example("migratable-job.yaml", node_images)]
     k("apply", "-n", training, "-f", "-", input=yaml.safe_dump_all(docs))
 
     def all_running() -> bool:
         ps = pods(cluster, training)
-        return len(ps) == 3 and all(running_container_id(p) for p in ps)
+        return len(ps) == 4 and all(running_container_id(p) for p in ps)
 
-    wait_for("the three training pods to run", all_running, timeout=300,
+    wait_for("the four training pods to run", all_running, timeout=300,
              diagnose=lambda: k("get", "pods", "-n", training, "-o", "wide").stdout)
     assert {p["spec"]["nodeName"] for p in pods(cluster, training)} == {first}
     original = {p["metadata"]["name"]: p for p in pods(cluster, training)}
@@ -310,8 +316,9 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     assert upgrade.get("in_flight"), f"the upgrade came after the migration: {upgrade}"
     # The sleeper's limit came down near its use (its threads never waited for a CPU), the
     # CPU-bound copy's did not (limits seen, in cores x 100000 per 100000 us period)
-    sleeper = {q for q in watch.by_job.get("quadratic-b", set()) if q is not None}
-    busy = {q for q in watch.by_job.get("quadratic-a", set()) if q is not None}
+    sleeper = {q for q in watch.by_job.get("quadratic-c", set()) if q is not None}
+    busy = {q for q in watch.by_job.get("quadratic-a", set()) | watch.by_job.get(
+        "quadratic-b", set()) if q is not None}
     assert sleeper and min(sleeper) <= 30_000, (watch.by_job, shutdown_lines(cluster))
     assert busy and max(busy) >= 50_000, watch.by_job
 
