@@ -75,7 +75,9 @@ class Api:
         return items
 
     def events(self, ns: str) -> list[str]:
-        return [e["reason"] for e in self.event_items(ns)]
+        # Every Event the manager posts has a reason; other controllers' (the Training
+        # Operator's, seen once in CI) may have none, which events.k8s.io/v1 then omits.
+        return [e.get("reason", "") for e in self.event_items(ns)]
 
     def close(self) -> None:
         self.http.close()
