@@ -30,7 +30,6 @@ import http.client
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,22 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from manager_scale import POD, REPO, free_port, pct, token, wait_healthy  # this folder's
 from scipy import stats
-
-REPO = Path(__file__).resolve().parents[1]
-POD = {"metadata": {"name": "train-1", "namespace": "default", "uid": "u-1",
-                    "labels": {"specon.io/training": "true"}},
-       "spec": {"schedulerName": "specon", "containers": [{"name": "main", "image": "x"}]}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def token(i: int) -> str:
-    return f"benchmark-token-{i:08d}"
 
 
 def hb_body(i: int, seq: int) -> bytes:
@@ -80,11 +65,6 @@ def cpu_s(pid: int) -> float:
     """A process's CPU seconds (user and system), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def heartbeats(port: int, seconds: float, seq0: int) -> list[float]:
@@ -168,14 +148,7 @@ def main() -> None:
             [sys.executable, "-m", "specon_manager"], env=env, cwd=source,
             preexec_fn=(lambda: os.sched_setaffinity(0, {mcpu})) if mcpu is not None else None)
         try:
-            for _ in range(300):
-                try:
-                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                    c.request("GET", "/healthz")
-                    if c.getresponse().status == 200:
-                        break
-                except OSError:
-                    time.sleep(0.1)
+            wait_healthy(port)
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             for i in range(args.nodes):  # the first --nodes of the names are known nodes
                 c.request("POST", "/v1/heartbeat", body=hb_body(i, 1), headers={

@@ -78,6 +78,18 @@ def hb_body(i: int, seq: int, jobs: int) -> bytes:
                       separators=(",", ":")).encode()
 
 
+def wait_healthy(port: int, tries: int = 300) -> None:
+    """Until the manager on ``port`` answers ``/healthz`` 200 (at most ``tries`` tries)."""
+    for _ in range(tries):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/healthz")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+
+
 def request(path: str, body: bytes, auth: str | None = None) -> bytes:
     head = (f"POST {path} HTTP/1.1\r\nhost: m\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n")
@@ -384,14 +396,7 @@ def main() -> None:
         print(f"manager pid {proc.pid} on CPU {mcpu}, clients on {client_cpus}; "
               f"{os.cpu_count()} CPUs")
         try:
-            for _ in range(300):
-                try:
-                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                    c.request("GET", "/healthz")
-                    if c.getresponse().status == 200:
-                        break
-                except OSError:
-                    time.sleep(0.1)
+            wait_healthy(port)
             rss0 = mp_.rss_mib()
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             for i in range(n_max):
