@@ -20,7 +20,7 @@ _NUMBER = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)"
 # key = value, key: value, "key": value, 'key': value, key=tensor(value, ...)
 _PAIR = re.compile(
     r"(?<![\w.\-/])['\"]?(?P<key>[A-Za-z_][\w./\-]*)['\"]?\s*[=:]\s*"
-    r"(?:tensor\()?['\"]?(?P<value>" + _NUMBER + r")['\"]?(?![\w.])",
+    r"(?:tensor\(|np\.float(?:16|32|64)\()?['\"]?(?P<value>" + _NUMBER + r")['\"]?(?![\w.])",
     re.IGNORECASE,
 )
 # "Step 120", "iter 120" without a separator
@@ -31,6 +31,10 @@ _COUNTER = re.compile(r"(?<![\w/.])(\d+)/(\d+)(?![\w/])")
 _KERAS_EPOCH = re.compile(r"^\s*Epoch\s+(\d+)/(\d+)\s*$")
 # tqdm bars of PyTorch Lightning: "Epoch 3:  45%|..." (0-based)
 _BAR_EPOCH = re.compile(r"\bEpoch\s+(\d+)\s*:")
+# a tqdm bar's counter: " 45%|████▌     | 950/2107 [..." (its n is whole once "/" follows it)
+_TQDM_N = re.compile(r"%\|[^|\n]{0,200}\|\s*(\d+)/")
+# what ends a segment: a line end, a carriage return, backspaces (bars redrawn in place)
+_SEPARATOR = re.compile(r"\r\n|[\n\r\x08]+")
 # CSI and OSC escape sequences (colours, cursor moves, hyperlinks)
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -52,6 +56,20 @@ class Record:
     loss: float
     metrics: Mapping[str, float] = field(default_factory=dict)
     format: str = "text"
+
+
+@dataclass
+class _Stream:
+    """What the parser keeps of one output stream between chunks: the unfinished segment
+    (at most ``max_line`` characters), a split UTF-8 character, and the last tqdm bar's
+    counter in the current line."""
+
+    decoder: codecs.IncrementalDecoder
+    pending: str = ""
+    #: Drop everything up to the next separator: the rest of a segment that was too long, or
+    #: the first (cut) segment after the reader started inside a line.
+    skip: bool = False
+    line_bar: int | None = None
 
 
 @dataclass
@@ -82,7 +100,11 @@ class LogParser:
     """Incremental parser: `feed()` chunks of bytes or text, get the records completed so far.
 
     Lines end at "\\n"; "\\r" and backspaces end a segment too (progress bars redraw in
-    place). A trailing partial segment waits for more input, or for `flush()`."""
+    place), so every update of a bar is parsed as soon as the next one starts, however long
+    its line grows. A trailing partial segment waits for more input, or for `flush()`; one
+    longer than ``max_line`` is dropped (counted) up to its end. Each output stream (``stream``
+    of :meth:`feed`: a container's stdout and stderr interleave in its log) has its own
+    unfinished segment."""
 
     def __init__(
         self,
@@ -114,8 +136,10 @@ class LogParser:
             raise ValueError(f"not a valid regular expression: {exc}") from exc
         if self._regex is not None and "loss" not in self._regex.groupindex:
             raise ValueError("the regex needs a named group (?P<loss>...)")
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
+        self._streams: dict[str, _Stream] = {}
+        self._state = self._stream("")  # the stream of the segment being parsed
+        #: Hugging Face Trainer: steps per epoch, from a dict whose line also held the bar.
+        self._per_epoch: float | None = None
         self._epoch: tuple[int, int] | None = None  # (epoch, 0 or 1 for 0-/1-based)
         self._last: Record | None = None
 
@@ -133,30 +157,59 @@ class LogParser:
         self._regex = None
 
     # -- feeding ----------------------------------------------------------------------
-    def feed(self, chunk: bytes | str) -> list[Record]:
-        text = self._decoder.decode(chunk) if isinstance(chunk, bytes | bytearray) else chunk
-        data = self._pending + text
+    def _stream(self, name: str) -> _Stream:
+        state = self._streams.get(name)
+        if state is None:
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            state = self._streams[name] = _Stream(decoder)
+        return state
+
+    def feed(self, chunk: bytes | str, stream: str = "") -> list[Record]:
+        """Parse a chunk of ``stream``'s output (any cut: inside a line, a number or a UTF-8
+        character) and return the records it completed."""
+        state = self._stream(stream)
+        text = state.decoder.decode(chunk) if isinstance(chunk, bytes | bytearray) else chunk
+        data = state.pending + text
         out: list[Record] = []
         start = 0
-        for match in re.finditer(r"\r\n|[\n\r\x08]+", data):
-            self._segment(data[start:match.start()], out)
+        for match in _SEPARATOR.finditer(data):
+            if state.skip:
+                state.skip = False
+            else:
+                self._segment(data[start:match.start()], out, state)
+            if "\n" in match.group():
+                state.line_bar = None
             start = match.end()
-        self._pending = data[start:]
-        if len(self._pending) > self.max_line:
-            self.counters.oversized += 1
-            self._pending = ""
+        state.pending = data[start:]
+        if len(state.pending) > self.max_line:
+            if not state.skip:
+                self.counters.oversized += 1
+            state.skip = True
+            state.pending = ""
         return out
+
+    def resync(self, streams: Iterable[str]) -> None:
+        """The next chunks of these streams may start inside a segment (the reader began
+        inside a line): drop each one's text up to its first separator, never parse a cut
+        update (a counter "950/2107" cut to "50/2107" is a wrong step)."""
+        for name in streams:
+            state = self._stream(name)
+            state.pending, state.skip, state.line_bar = "", True, None
 
     def flush(self) -> list[Record]:
         """End of the stream: parse what is left (a last line without its newline)."""
         out: list[Record] = []
-        rest = self._pending + self._decoder.decode(b"", final=True)
-        self._pending = ""
-        self._segment(rest, out)
+        for state in self._streams.values():
+            rest = state.pending + state.decoder.decode(b"", final=True)
+            state.pending = ""
+            if state.skip:
+                state.skip = False
+            else:
+                self._segment(rest, out, state)
         return out
 
     # -- one segment --------------------------------------------------------------------
-    def _segment(self, raw: str, out: list[Record]) -> None:
+    def _segment(self, raw: str, out: list[Record], state: _Stream) -> None:
         if len(raw) > self.max_line:
             self.counters.oversized += 1
             return
@@ -164,7 +217,11 @@ class LogParser:
         if not text:
             return
         self.counters.lines += 1
+        self._state = state
         record = self._parse(text)
+        bar = _TQDM_N.search(text)
+        if bar:
+            state.line_bar = int(bar.group(1))
         if record is None:
             return
         if record == self._last:
@@ -191,7 +248,10 @@ class LogParser:
         brace = text.find("{")
         if brace > 0:
             # tqdm.write() after a bar that was never ended (Hugging Face Trainer): the bar's
-            # counter is stale, so only the dict counts when it holds the loss
+            # counter is the dict's step, not its own record
+            bar = _TQDM_N.search(text, 0, brace)
+            if bar:
+                self._state.line_bar = int(bar.group(1))
             found = self._pairs(text[brace:], count=False)
             if found is not None:
                 return found
@@ -277,6 +337,8 @@ class LogParser:
             return None
         if text.startswith("{"):
             fmt = "dict"
+            if step is None and "epoch" in lower:
+                step = self._trainer_step(pairs[lower["epoch"]])
         elif "it/s" in text or "s/it" in text:
             fmt = "tqdm"
         elif " - " in text and _COUNTER.match(text):
@@ -284,6 +346,20 @@ class LogParser:
         else:
             fmt = "text"
         return Record(step, loss, pairs, fmt)
+
+    def _trainer_step(self, epoch: float) -> int | None:
+        """The step of a Hugging Face Trainer dict (it has its epoch, a fraction, and no step):
+        the counter of the tqdm bar drawn on the same line just before it (``tqdm.write``
+        clears the bar, prints the dict and redraws the bar), else the epoch times the steps
+        per epoch seen on an earlier such line, else unknown."""
+        bar = self._state.line_bar
+        if bar is not None and bar > 0:
+            if math.isfinite(epoch) and epoch > 0:
+                self._per_epoch = bar / epoch
+            return bar
+        if self._per_epoch is not None and math.isfinite(epoch) and 0 < epoch < 1e9:
+            return round(epoch * self._per_epoch)
+        return None
 
     def _step(self, text: str, pairs: dict[str, float], lower: Mapping[str, str]) -> int | None:
         for key in _STEP_KEYS:

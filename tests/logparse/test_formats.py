@@ -59,7 +59,11 @@ def test_hugging_face_trainer_dicts_and_not_its_summary():
     assert [r.loss for r in records] == [0.7559, 0.5633, 0.4171, 0.3857, 0.3345, 0.3031,
                                          0.3399, 0.2971]
     assert [r.metrics["epoch"] for r in records] == [0.25 * k for k in range(1, 9)]
-    assert all(r.step is None and r.format == "dict" for r in records)
+    assert all(r.format == "dict" for r in records)
+    # the step is the counter of the bar drawn on the dict's own line; this toy run's steps
+    # took under tqdm's 0.1 s redraw interval, so that bar lags the dict by the 5 steps of
+    # one logging interval (the first line's bar still shows 0/40: no step)
+    assert [r.step for r in records] == [None, 5, 10, 15, 20, 25, 30, 35]
     # the end-of-run summary carries train_loss, the mean over the run: not a progress point
     assert 0.42456677854061126 not in [r.loss for r in records]
     assert counters.malformed == 0
