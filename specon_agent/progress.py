@@ -19,7 +19,7 @@ from pathlib import Path
 
 from specon.logparse import LogParser
 
-from .tail import FileTail, TailStats, decoder_for
+from .tail import STREAMS, FileTail, TailStats, decoder_for
 
 #: The time a job's own pattern may take in one poll, over all its lines (seconds).
 REGEX_BUDGET_S = 0.2
@@ -101,12 +101,18 @@ class ProgressSource:
             raw = self._tail.read_lines()
         except OSError:
             return Reading([], 1)
+        if self._tail.landed_mid_file:
+            # The first records may continue a line begun before what was read.
+            self._tail.landed_mid_file = False
+            self._parser.resync(STREAMS)
         decoded = self._decoder.feed(raw)
         losses: list[float] = []
         steps: list[int | None] = []
         self._parser.new_budget()
-        for line in decoded.lines:
-            for rec in self._parser.feed(line + "\n"):
+        for stream, piece in decoded.pieces:
+            # A partial record's content goes in as it comes: the parser reads each update of a
+            # progress bar as soon as the next one starts, and keeps only the unfinished one.
+            for rec in self._parser.feed(piece, stream):
                 losses.append(rec.loss)
                 steps.append(rec.step)
                 if math.isfinite(rec.loss):

@@ -78,6 +78,10 @@ class FileTail:
         self._partial = b""
         self._skip_to_newline = False
         self._last = b""  # the last CHECK_BYTES bytes read, ending at the file position
+        #: Set when a file was opened at ``tail_bytes`` before its end: the first lines read
+        #: may continue a line (a run of partial records) whose start was not read. The reader
+        #: clears it once it has told its parser to skip to the next update.
+        self.landed_mid_file = False
 
     def close(self) -> None:
         if self._file is not None:
@@ -104,6 +108,7 @@ class FileTail:
         if self._tail_bytes is not None and st.st_size > self._tail_bytes:
             f.seek(st.st_size - self._tail_bytes)
             self._skip_to_newline = True  # we landed inside a line
+            self.landed_mid_file = True
         self._tail_bytes = None
         return True
 
@@ -180,34 +185,44 @@ class FileTail:
         return parts
 
 
+#: The streams a framed record may name; any other is invalid framing (a hostile or broken
+#: writer cannot make the agent keep state per invented stream).
+STREAMS = ("stdout", "stderr")
+
+
 @dataclass
 class Decoded:
-    """Text lines recovered from framed log lines, and how many framed lines were not valid."""
+    """What framed log lines carried, in file order: ``pieces`` of (stream, text), a text
+    ending in ``"\n"`` where the engine's record ended a line. The content of a partial record
+    (a CRI ``P`` record, a json-file record without its newline) is passed on as it arrives,
+    never held until its line ends: a progress bar redrawn with ``\r`` for a whole epoch is one
+    line of megabytes, and every update in it is wanted now. The parser
+    (:class:`specon.logparse.LogParser`) keeps the one unfinished update per stream, bounded.
+    CRI content stays bytes (the engine cuts pieces at any byte, inside a UTF-8 character too)
+    and is decoded per stream by the parser."""
 
-    lines: list[str] = field(default_factory=list)
+    pieces: list[tuple[str, bytes | str]] = field(default_factory=list)
     errors: int = 0
 
-
-class _StreamJoiner:
-    """Joins an engine's partial records (long lines split by the engine) per stream."""
-
-    def __init__(self) -> None:
-        self._open: dict[str, str] = {}
-
-    def add(self, stream: str, text: str, complete: bool, out: list[str]) -> None:
-        pending = self._open.pop(stream, "") + text
-        if complete:
-            out.append(pending)
-        elif len(pending) <= MAX_LINE:
-            self._open[stream] = pending
+    @property
+    def lines(self) -> list[str]:
+        """The complete lines among the pieces (a piece continuing an earlier batch's
+        partial record comes out as its own rest): for tests and offline use."""
+        out: list[str] = []
+        open_: dict[str, str] = {}
+        for stream, piece in self.pieces:
+            text = piece.decode("utf-8", "replace") if isinstance(piece, bytes) else piece
+            joined = open_.pop(stream, "") + text
+            if joined.endswith("\n"):
+                out.append(joined[:-1])
+            else:
+                open_[stream] = joined
+        return out
 
 
 class DockerJsonDecoder:
     """Docker's json-file driver: ``{"log": "text\\n", "stream": "stdout", "time": "..."}``.
     The engine splits lines longer than 16 KiB into records without the trailing newline."""
-
-    def __init__(self) -> None:
-        self._join = _StreamJoiner()
 
     def feed(self, raw: list[bytes]) -> Decoded:
         out = Decoded()
@@ -215,34 +230,37 @@ class DockerJsonDecoder:
             try:
                 rec = json.loads(line)
                 text = rec["log"]
-                stream = str(rec.get("stream", "stdout"))
-                if not isinstance(text, str):
+                stream = rec.get("stream", "stdout")
+                if not isinstance(text, str) or stream not in STREAMS:
                     raise TypeError
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 out.errors += 1
                 continue
-            complete = text.endswith("\n")
-            self._join.add(stream, text.rstrip("\n").rstrip("\r") if complete else text,
-                           complete, out.lines)
+            if text.endswith("\r\n"):
+                text = text[:-2] + "\n"
+            out.pieces.append((stream, text))
         return out
 
 
 class CriDecoder:
-    """The CRI log format of ``/var/log/pods``: ``<RFC3339Nano> <stream> <P|F> <text>``; ``P``
-    marks a partial line continued by the next record of the same stream."""
-
-    def __init__(self) -> None:
-        self._join = _StreamJoiner()
+    """The CRI log format of ``/var/log/pods``: ``<RFC3339Nano> <stream> <P|F> <content>``, as
+    containerd writes it: content is cut into ``P`` records of ``max_container_log_line_size``
+    bytes (16 KiB by default) at any byte, and the ``F`` record ends the line (its ``\n`` and a
+    ``\r`` before it are not in the content)."""
 
     def feed(self, raw: list[bytes]) -> Decoded:
         out = Decoded()
         for line in raw:
-            parts = line.decode("utf-8", "replace").split(" ", 3)
-            if len(parts) < 3 or parts[1] not in ("stdout", "stderr") or parts[2] not in ("P", "F"):
+            parts = line.split(b" ", 3)
+            if len(parts) < 3 or parts[2] not in (b"P", b"F"):
                 out.errors += 1
                 continue
-            text = parts[3] if len(parts) == 4 else ""
-            self._join.add(parts[1], text, parts[2] == "F", out.lines)
+            stream = parts[1].decode("ascii", "replace")
+            if stream not in STREAMS:
+                out.errors += 1
+                continue
+            content = parts[3] if len(parts) == 4 else b""
+            out.pieces.append((stream, content + b"\n" if parts[2] == b"F" else content))
         return out
 
 
@@ -250,7 +268,7 @@ class PlainDecoder:
     """A file written directly by the job (the SDK's JSON-lines progress file)."""
 
     def feed(self, raw: list[bytes]) -> Decoded:
-        return Decoded(lines=[line.decode("utf-8", "replace").rstrip("\r") for line in raw])
+        return Decoded(pieces=[("stdout", line + b"\n") for line in raw])
 
 
 def decoder_for(kind: str) -> DockerJsonDecoder | CriDecoder | PlainDecoder:
