@@ -5,6 +5,7 @@ byte (tests/crilib.py frames the frameworks' output as containerd does)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -179,3 +180,20 @@ def test_real_captures_framed_by_containerd_read_the_same_as_whole(
         r = src.poll()
         got += zip(r.steps, r.losses, strict=True)
     assert got == [(rec.step, rec.loss) for rec in whole]
+
+
+def test_docker_json_file_pieces_are_read_before_their_line_ends(tmp_path: Path) -> None:
+    """Docker's json-file driver splits a line at 16 KiB into records without a newline; a
+    record naming a stream other than stdout or stderr is invalid framing."""
+    log = tmp_path / "c-json.log"
+    src = ProgressSource(log, "docker-json")
+    updates = "".join(f"\rEpoch 0: {k}/5000 [00:01<00:10, 30.0it/s, train_loss={1 / k:.4f}]"
+                      for k in range(1, 400))
+    records = [json.dumps({"log": updates[i:i + 16384], "stream": "stderr", "time": "t"})
+               for i in range(0, len(updates), 16384)]
+    records.append(json.dumps({"log": "loss=1\n", "stream": "evil", "time": "t"}))
+    log.write_text("".join(r + "\n" for r in records))
+    reading = src.poll()
+    assert reading.steps == list(range(1, 399))  # the 399th waits for the next redraw
+    assert reading.losses == [float(f"{1 / k:.4f}") for k in range(1, 399)]
+    assert reading.parse_errors == 1
