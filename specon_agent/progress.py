@@ -102,9 +102,11 @@ class ProgressSource:
         except OSError:
             return Reading([], 1)
         if self._tail.landed_mid_file:
-            # The first records may continue a line begun before what was read.
+            # The first records may continue a line begun before what was read (a run of
+            # partial records); a plain file's first line is whole (the tail skipped to it).
             self._tail.landed_mid_file = False
-            self._parser.resync(STREAMS)
+            if self.kind != "plain":
+                self._parser.resync(STREAMS)
         decoded = self._decoder.feed(raw)
         losses: list[float] = []
         steps: list[int | None] = []

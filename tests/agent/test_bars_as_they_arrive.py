@@ -197,3 +197,16 @@ def test_docker_json_file_pieces_are_read_before_their_line_ends(tmp_path: Path)
     assert reading.steps == list(range(1, 399))  # the 399th waits for the next redraw
     assert reading.losses == [float(f"{1 / k:.4f}") for k in range(1, 399)]
     assert reading.parse_errors == 1
+
+
+def test_a_large_progress_file_found_at_start_keeps_its_first_whole_record(
+        tmp_path: Path) -> None:
+    path = tmp_path / "progress.jsonl"
+    path.write_text("".join(
+        json.dumps({"specon": 1, "event": "progress", "step": k, "loss": 1.0}) + "\n"
+        for k in range(1, 30001)))
+    src = ProgressSource(path, "plain", tail_bytes=1 << 20)
+    steps = src.poll().steps
+    assert steps[-1] == 30000 and steps == list(range(steps[0], 30001))
+    line = len(json.dumps({"specon": 1, "event": "progress", "step": 20000, "loss": 1.0})) + 1
+    assert len(steps) == (1 << 20) // line  # every whole line of the last MiB
