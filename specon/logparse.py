@@ -188,13 +188,15 @@ class LogParser:
             state.pending = ""
         return out
 
-    def resync(self, streams: Iterable[str]) -> None:
-        """The next chunks of these streams may start inside a segment (the reader began
-        inside a line): drop each one's text up to its first separator, never parse a cut
-        update (a counter "950/2107" cut to "50/2107" is a wrong step)."""
+    def resync(self, streams: Iterable[str], cut: bool = True) -> None:
+        """Forget the unfinished segment of these streams: their next chunks do not continue
+        it (the log was truncated and starts again). ``cut``: the next chunks may start
+        inside a segment (the reader began inside a line): drop each one's text up to its
+        first separator, never parse a cut update (a counter "950/2107" cut to "50/2107" is
+        a wrong step)."""
         for name in streams:
             state = self._stream(name)
-            state.pending, state.skip, state.line_bar = "", True, None
+            state.pending, state.skip, state.line_bar = "", cut, None
 
     def flush(self) -> list[Record]:
         """End of the stream: parse what is left (a last line without its newline)."""

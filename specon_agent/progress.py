@@ -97,10 +97,14 @@ class ProgressSource:
                 self._decoder = decoder_for(self.kind)
                 self._parser = self._new_parser()
                 self._errors_seen = 0
+        truncations = self._tail.stats.truncations
         try:
             raw = self._tail.read_lines()
         except OSError:
             return Reading([], 1)
+        if self._tail.stats.truncations != truncations:
+            # The file starts again: what was left unfinished is not continued by it.
+            self._parser.resync(STREAMS, cut=False)
         if self._tail.landed_mid_file:
             # The first records may continue a line begun before what was read (a run of
             # partial records); a plain file's first line is whole (the tail skipped to it).

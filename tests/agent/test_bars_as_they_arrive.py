@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from crilib import (
+    TIME,
     CriLog,
     Update,
     keras2_epoch,
@@ -209,3 +210,15 @@ def test_a_large_progress_file_found_at_start_keeps_its_first_whole_record(
     assert steps[-1] == 30000 and steps == list(range(steps[0], 30001))
     line = len(json.dumps({"specon": 1, "event": "progress", "step": 20000, "loss": 1.0})) + 1
     assert len(steps) == (1 << 20) // line  # every whole line of the last MiB
+
+
+def test_a_log_truncated_mid_bar_does_not_join_the_old_unfinished_update_to_the_new_text(
+        tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    log.write_bytes(TIME + b" stdout P \rstep 7 loss=0.5\rstep 8 loss=0.\n")
+    src = ProgressSource(log, "cri")
+    assert src.poll().steps == [7]
+    log.write_bytes(TIME + b" stdout F 25 step 1 loss=0.9\n")  # truncated, then rewritten
+    reading = src.poll()
+    assert src.stats.truncations == 1
+    assert list(zip(reading.steps, reading.losses, strict=True)) == [(1, 0.9)]
