@@ -328,7 +328,8 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
                         continue
                     # ranked at the target by its work left alone (docs/algorithms.md, "Early
                     # progress": counting its early key there cost makespan)
-                    added = placement_delta(dst, replace(j, attained=None), weights)
+                    added = (predicted_sum(dst, replace(j, attained=None), weights)
+                             - sums[dst.name])
                     cost = cost_s.get(j.name, 0.0)
                     gain = saved - added - margin * cost
                     if gain > 0 and (best is None or gain > best.gain_s):
