@@ -134,6 +134,11 @@ class _Followed:
     #: the node's), and since when (monotonic s) and from which CPU counter (ns) its use under
     #: its present limit is measured (reset when its limit changes).
     cap: float | None = None
+    #: CPU-seconds an equal share of the node would have given it since its first step, and
+    #: when that was last added to (monotonic s): how far behind equal shares it is
+    #: (specon.core.progress.behind_equal_share).
+    fair_cpu_s: float = 0.0
+    fair_mark: float | None = None
     demand_mark: tuple[float, int, int | None] | None = None
     stats_seen: tuple[int, int, int] = (0, 0, 0)  # rotations, truncations, bytes
     refusal_seen: bool = False  # its progress file was refused (counted once)
@@ -330,8 +335,12 @@ class Agent:
                                         for j in self.jobs.values()):
             return
         cpus = self.actuator.node_cpus
+        equal = cpus / len(self.jobs)
         loads = []
         for cid, job in self.jobs.items():
+            if job.fair_mark is not None:
+                job.fair_cpu_s += (now - job.fair_mark) * min(equal, job.cap or cpus)
+            job.fair_mark = now if _measured(job) else None
             view = self.control.jobs.get(cid)
             used = self.meter.usage_ns(cid)
             cpu_s, steps = 0.0, 0.0
@@ -341,7 +350,7 @@ class Agent:
             self._measure_demand(cid, job, now, used, cpus)
             job.load = measured_load(cid, job.step, job.target.total_steps, cpu_s, cpus,
                                      view.cat.category if view else Category.PROGRESSING,
-                                     now - job.arrived, measured_steps=steps, cap=job.cap)
+                                     job.fair_cpu_s, measured_steps=steps, cap=job.cap)
             loads.append(job.load)
         self.control.divide(self.policy.share, cpus, loads, self.weights)
 

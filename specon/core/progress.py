@@ -38,10 +38,11 @@ from specon.core.scoring import Weights
 from specon.core.speedup import Curve, thread_speed
 
 WEIGHTS = Weights()
-#: A job in the system for more than this many times what it needs alone gets its equal share
-#: of the node first (never more cores than that: under overload most jobs are starved, and
-#: giving each as many cores as it can hold spends CPU where its speed-up is flat).
-STARVED = 3.0
+#: A job whose steps fall behind what equal shares of its node would have given it since it
+#: arrived by more than (FAIR_LAG - 1) times its total steps is served first, at its equal
+#: share (:func:`behind_equal_share`): it then keeps pace with equal shares, so it finishes by
+#: the time equal shares would have given it FAIR_LAG times its steps.
+FAIR_LAG = 1.5
 #: On a node a progressing job is ordered by the smaller of its weighted work left and this
 #: many times the work it has done (docs/algorithms.md, "Early progress").
 EARLY_FACTOR = 2.0
@@ -80,8 +81,8 @@ class JobLoad:
     #: Threads it runs, when it cannot follow a thread hint (None: it runs as many as its
     #: limit allows). A fixed count held to fewer cores pays the oversubscription penalty.
     threads: float | None = None
-    #: Held back too long (it has been in the system over STARVED times what it needs
-    #: alone): served before every job that is not.
+    #: Held back too long (behind what equal shares would have given it: FAIR_LAG,
+    #: :func:`behind_equal_share`): served before every job that is not, up to its equal share.
     starved: bool = False
     #: Work it has done so far (the unit of ``work``); None when not known.
     attained: float | None = None
@@ -112,6 +113,13 @@ def _key(job: JobLoad, weights: Weights, early: bool = True) -> tuple[bool, floa
     if early and job.attained is not None and job.category is Category.PROGRESSING:
         key = min(key, EARLY_FACTOR * job.attained)
     return (not job.starved, key)
+
+
+def behind_equal_share(done_steps: float, fair_steps: float, total_steps: float) -> bool:
+    """Whether a job has fallen too far behind equal shares (FAIR_LAG): ``fair_steps`` is what
+    an equal share of the node(s) it ran on would have done since it arrived, ``total_steps``
+    its total as known (declared, or estimated)."""
+    return fair_steps - done_steps > (FAIR_LAG - 1.0) * total_steps
 
 
 def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS,
@@ -175,19 +183,45 @@ def _top_rate(job: JobLoad, node: NodeLoad) -> float:
     return job.curve.envelope(min(job.cap, node.cpus)) * node.speed
 
 
+def predicted_times(node: NodeLoad, extra: JobLoad | None = None,
+                    weights: Weights = WEIGHTS) -> dict[str, float]:
+    """Predicted time to finish of each of the node's jobs, ``extra`` included: the node as one
+    machine of ``cpus x speed`` capacity served in the policy's order, each job as fast as its
+    top speed allows and the capacity it leaves to the next (a job that cannot use the whole
+    node, served first, delays the others by what it uses, not by its whole work)."""
+    jobs = list(node.jobs) + ([extra] if extra is not None else [])
+    order = sorted(jobs, key=lambda j: (_key(j, weights), j.name))
+    left = [j.work for j in order]
+    top = [max(_top_rate(j, node), 1e-12) for j in order]
+    running = list(range(len(order)))
+    out: dict[str, float] = {}
+    now = 0.0
+    while running:
+        rates, free = {}, node.capacity
+        for i in running:
+            if free <= 1e-12:
+                break
+            rates[i] = min(top[i], free)
+            free -= rates[i]
+        dt = min(left[i] / r for i, r in rates.items())
+        now += dt
+        still = []
+        for i in running:
+            r = rates.get(i, 0.0)
+            left[i] -= r * dt
+            if r > 0 and left[i] <= 1e-9 * max(order[i].work, 1.0):
+                out[order[i].name] = now
+            else:
+                still.append(i)
+        running = still
+    return out
+
+
 def predicted_sum(node: NodeLoad, extra: JobLoad | None = None,
                   weights: Weights = WEIGHTS) -> float:
-    """Predicted sum of the node's jobs' times to finish, ``extra`` included: the node as one
-    machine of ``cpus x speed``, served least work first, no job faster than its top speed."""
-    jobs = list(node.jobs) + ([extra] if extra is not None else [])
-    if not jobs:
-        return 0.0
-    total = 0.0
-    done = 0.0  # work served before (capacity-seconds)
-    for j in sorted(jobs, key=lambda j: (_key(j, weights), j.name)):
-        done += j.work
-        total += max(j.work / max(_top_rate(j, node), 1e-12), done / node.capacity)
-    return total
+    """Predicted sum of the node's jobs' times to finish, ``extra`` included
+    (:func:`predicted_times`)."""
+    return sum(predicted_times(node, extra, weights).values())
 
 
 def placement_delta(node: NodeLoad, job: JobLoad, weights: Weights = WEIGHTS) -> float:
@@ -216,17 +250,38 @@ def least_loaded(nodes: Sequence[NodeLoad], k: int = CANDIDATES) -> list[NodeLoa
                                                 n.name))[:k]
 
 
+#: A new job is never placed where its own predicted time to finish is over this many times
+#: its time on the candidate where it would finish soonest, whatever the others gain (a bound on
+#: what one job gives up for the sum: issue 28's worst job).
+OWN_TIME_BOUND = 1.5
+#: Besides the CANDIDATES least loaded, the nodes where the job runs fastest are compared.
+FASTEST = 4
+
+
 def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
                 tolerance: float = 0.01) -> str | None:
-    """The node where the new job adds the least; among nodes within ``tolerance`` of the
-    least (the model sees no cost in sharing a node whose jobs cannot use all of it, a real
-    node does), the one with the least backlog, then the larger, then by name. Only the
-    CANDIDATES least loaded nodes are compared."""
+    """The node where the new job adds the least to the predicted sum of times to finish,
+    among those where its own predicted time is within OWN_TIME_BOUND of its best; among
+    nodes within ``tolerance`` of the least (the model sees no cost in sharing a node whose
+    jobs cannot use all of it, a real node does), the one with the least backlog, then the
+    larger, then by name. Only the CANDIDATES least loaded nodes and the FASTEST nodes for
+    the job are compared."""
     if not nodes:
         return None
-    nodes = least_loaded(nodes)
-    delta = {n.name: placement_delta(n, job, weights) for n in nodes}
-    least = min(delta.values())
+    picked = {n.name: n for n in least_loaded(nodes)}
+    if FASTEST and len(nodes) > len(picked):
+        fastest = sorted(nodes, key=lambda n: (-_top_rate(job, n), *load_key(
+            sum(j.work for j in n.jobs), n.capacity, n.name)))[:FASTEST]
+        picked.update((n.name, n) for n in fastest)
+    nodes = list(picked.values())
+    delta, own = {}, {}
+    for n in nodes:
+        times = predicted_times(n, job, weights)
+        delta[n.name] = sum(times.values()) - predicted_sum(n, None, weights)
+        own[n.name] = times[job.name]
+    bound = OWN_TIME_BOUND * min(own.values())
+    nodes = [n for n in nodes if own[n.name] <= bound * (1 + 1e-9)]
+    least = min(delta[n.name] for n in nodes)
     near = [n for n in nodes if delta[n.name] <= least + tolerance * max(least, 1e-9)]
     return min(near, key=lambda n: (backlog(n), -n.capacity, n.name)).name
 
@@ -273,7 +328,8 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
                         continue
                     # ranked at the target by its work left alone (docs/algorithms.md, "Early
                     # progress": counting its early key there cost makespan)
-                    added = placement_delta(dst, replace(j, attained=None), weights)
+                    added = (predicted_sum(dst, replace(j, attained=None), weights)
+                             - sums[dst.name])
                     cost = cost_s.get(j.name, 0.0)
                     gain = saved - added - margin * cost
                     if gain > 0 and (best is None or gain > best.gain_s):
@@ -304,11 +360,12 @@ def demand_cap(used_cores: float, limit_cores: float | None, cpus: float,
 
 
 def measured_load(name: str, step: float, total: float | None, cpu_s: float, cpus: float,
-                  category: Category = Category.PROGRESSING, age_s: float = 0.0,
+                  category: Category = Category.PROGRESSING, fair_cpu_s: float = 0.0,
                   measured_steps: float | None = None, cap: float | None = None) -> JobLoad:
     """A job as a node agent measures it: at step ``step``, ``measured_steps`` of them (all by
-    default) done in ``cpu_s`` CPU-seconds since it was first seen, ``total`` steps in all when
-    the pod declares them (``specon.io/total-steps``), ``age_s`` seconds since it arrived.
+    default) done in ``cpu_s`` CPU-seconds, ``total`` steps in all when the pod declares them
+    (``specon.io/total-steps``), while an equal share of the node would have given it
+    ``fair_cpu_s`` CPU-seconds (:func:`behind_equal_share`, over the same span).
 
     Its work left is (total − step) × CPU-seconds per step, or, without a total, as much again
     as it has done (what the simulator assumes of a job that declares none). Its speed-up is
@@ -322,8 +379,7 @@ def measured_load(name: str, step: float, total: float | None, cpu_s: float, cpu
         return reported_load(name, 0.0, cpus, category, cap=cap)
     per_step = cpu_s / done
     left = max(0.0, total - step) if total is not None else step
-    rate = cpus if cap is None else min(cap, cpus)
-    starved = total is not None and age_s > STARVED * total * per_step / rate
+    starved = behind_equal_share(done, fair_cpu_s / per_step, done + left)
     return reported_load(name, max(0.0, left) * per_step, cpus, category, starved,
                          attained=step * per_step, cap=cap)
 

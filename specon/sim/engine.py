@@ -27,9 +27,9 @@ from specon.core.node import NODE_SHARES, JobView, NodeController
 from specon.core.policy import Policy
 from specon.core.predict import fit_curve
 from specon.core.progress import (
-    STARVED,
     JobLoad,
     NodeLoad,
+    behind_equal_share,
     choose_node,
     plan_moves,
 )
@@ -89,6 +89,7 @@ class _Job:
         "curve",
         "done",
         "end_iter",
+        "fair",
         "iter_cost",
         "max_cores",
         "milestones",
@@ -127,6 +128,8 @@ class _Job:
         self.rate = 0.0
         self.cores = 0.0
         self.attained = 0.0
+        #: Iterations equal shares of its workers would have given it so far (issue 28's bound)
+        self.fair = 0.0
         self.version = 0
         self.worker: str | None = None
         self.state = "pending"
@@ -301,7 +304,10 @@ class Simulator:
         t = self.now
         dt = t - w.last_t
         if dt > 0:
+            equal = w.cpus / max(len(w.jobs), 1)
             for job in w.jobs.values():
+                job.fair += (dt * job.curve.at(min(self._demand(job), equal)) * w.speed
+                             / job.iter_cost)
                 if job.rate > 0:
                     before = job.done
                     job.done = min(job.done + job.rate * dt, job.end_iter)
@@ -371,10 +377,10 @@ class Simulator:
                        threads, self._starved(job), job.done * job.cost_seen)
 
     def _starved(self, job: _Job) -> bool:
-        """In the system for over STARVED times its declared run alone at its best speed."""
-        alone = (job.profile.iterations * job.cost_seen
-                 / max(job.curve.envelope(job.curve.max_cores), 1e-9))
-        return self.now - job.spec.submit_s > STARVED * alone
+        """Behind what equal shares would have given it (specon.core.progress.behind_equal_share),
+        its total steps as the policy knows them."""
+        total = job.done + self._work_left(job) / max(job.cost_seen, 1e-12)
+        return behind_equal_share(job.done, job.fair, total)
 
     def _demand_on(self, job: _Job, w: _Worker) -> float:
         told = job.spec.cores

@@ -8,6 +8,7 @@ from specon.core.categorize import Category
 from specon.core.progress import (
     JobLoad,
     NodeLoad,
+    behind_equal_share,
     choose_node,
     node_shares,
     plan_moves,
@@ -94,6 +95,33 @@ def test_a_new_job_goes_to_an_empty_node_rather_than_beside_others():
 def test_a_fast_node_wins():
     slow, fast = NodeLoad("slow", 4, 0.5), NodeLoad("fast", 4, 2.0)
     assert choose_node([slow, fast], job("new", 100, CNN, cap=4)) == "fast"
+
+
+def test_a_job_that_cannot_use_the_node_delays_the_next_by_what_it_uses():
+    """Random workload 1010 (overload family): a long single-threaded job served first (its
+    early key) on a 16-core worker was predicted to hold the whole worker for its whole work,
+    so a short job that scales to 16 cores went to a 4-core worker instead: 3.8 times its
+    default completion. The first job uses one core; the other fifteen serve the next."""
+    mlp = Curve.of([(1, 1.0), (8, 1.05)])
+    wide = NodeLoad("wide", 16, 1.12, (job("long", 3560, mlp, cap=8, attained=47),))
+    narrow = NodeLoad("narrow", 4, 1.16, (job("other", 700, mlp, cap=4, attained=40),))
+    cnn = Curve.of([(1, 1.0), (2, 1.46), (4, 2.71), (8, 5.24), (16, 8.21)])
+    assert choose_node([wide, narrow], job("new", 196, cnn, cap=16)) == "wide"
+
+
+def test_no_job_is_placed_where_it_would_take_over_half_again_its_best_time():
+    """The sum of times to finish is least with the new job alone on a slow worker (it delays
+    nobody there), but it would run four times longer than first in line on the fast one:
+    what one job gives up for the others is bounded (OWN_TIME_BOUND)."""
+    fast = NodeLoad("fast", 1, 2.0, tuple(job(f"q{i}", 150) for i in range(4)))
+    slow = NodeLoad("slow", 32, 0.5)
+    assert choose_node([fast, slow], job("new", 100)) == "fast"
+
+
+def test_a_job_behind_equal_shares_by_half_its_work_is_starved():
+    assert not behind_equal_share(done_steps=10, fair_steps=50, total_steps=100)
+    assert behind_equal_share(done_steps=10, fair_steps=61, total_steps=100)
+    assert not behind_equal_share(done_steps=90, fair_steps=120, total_steps=100)
 
 
 def test_a_move_happens_only_when_it_pays():
