@@ -1,72 +1,49 @@
-"""The manager's HTTP API (FastAPI): the scheduler extender, the agents' heartbeat and
-reallocation endpoints, /metrics, /healthz and /readyz; OpenAPI at /docs and /openapi.json
-when ``expose_docs`` is set.
+"""The manager's HTTP API (FastAPI): the routes of the scheduler extender, the agents'
+heartbeat and reallocation endpoints, /metrics, /healthz and /readyz; OpenAPI at /docs and
+/openapi.json when ``expose_docs`` is set.
 
 The hot routes (``POST /v1/heartbeat``, ``/v1/heartbeats``, ``/filter``, ``/prioritize``) are
-answered by :class:`HotRoutes` before FastAPI sees the request (:class:`ManagerApp`): the same
-handlers, without FastAPI's routing, middleware, telemetry, dependency and response-model
-machinery per request (docs/manager.md has the numbers that chose it). FastAPI still declares
-the three request/response ones, for the OpenAPI description.
+answered by :class:`~specon_manager.hot_routes.HotRoutes` before FastAPI sees the request
+(:class:`ManagerApp`): the same handlers (:mod:`specon_manager.hot_calls`), without FastAPI's
+routing, middleware, telemetry, dependency and response-model machinery per request
+(docs/manager.md has the numbers that chose it). FastAPI still declares the three
+request/response ones, for the OpenAPI description. What a request may be before a route
+reads it is :mod:`specon_manager.request_limits`.
 
 No ``from __future__ import annotations`` here: FastAPI must see the real annotations of the
 routes, which name dependencies local to :func:`create_app`."""
 
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Annotated, Any, Protocol
 
-import anyio
 import orjson
 from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from specon.core.policy import lookup
 from specon.core.scoring import Weights
 from specon.wire import (
     Heartbeat,
     HeartbeatReply,
-    JobReport,
     Parameters,
     ReallocationReply,
     ReallocationRequest,
 )
 from specon_manager.auth import NodeTokens
-from specon_manager.extender import (
-    BadRequest,
-    ExtenderArgs,
-    ExtenderFilterResult,
-    HostPriority,
-    TooManyNodes,
-    check_node_count,
-    filter_nodes,
-    names_over,
-    prioritize_nodes,
-)
-from specon_manager.heartbeat_order import skew_reason
-from specon_manager.identity import MAX_TOKEN_BYTES, Refusal, StaticTokens, TokenReviewer
-from specon_manager.intake import (
-    AGENT_PREFIX,
-    EXTENDER_PATHS,
-    NODE_KEY,
-    STREAM_PATH,
-    Answer,
-    BodySlots,
-    Intake,
-    RequestGate,
-    has_body,
-    header,
-    send_answer,
-)
-from specon_manager.intake import json_answer as _json
+from specon_manager.extender import ExtenderArgs, ExtenderFilterResult, HostPriority
+from specon_manager.hot_calls import AgentAuth, Handlers, PodOnNode
+from specon_manager.hot_routes import HotRoutes
+from specon_manager.identity import StaticTokens
+from specon_manager.intake import AGENT_PREFIX, NODE_KEY, Answer, RequestGate
 from specon_manager.kube import FENCED, KubeError
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.qos_book import QosBook
+from specon_manager.request_limits import ListenerSplit, intake_for
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
 from specon_manager.status import router as status_router
@@ -74,15 +51,7 @@ from specon_manager.status import router as status_router
 log = logging.getLogger(__name__)
 
 AGENT_PATHS = (AGENT_PREFIX,)
-HOT_PATHS = frozenset({"/v1/heartbeat", STREAM_PATH, *EXTENDER_PATHS})
-#: Extender bodies larger than this are decoded and answered on a worker thread, one at a
-#: time, so that a large body never holds the event loop (heartbeats keep flowing).
-INLINE_BODY_BYTES = 256 * 1024
-#: ``pod_on_node(namespace, pod, uid, node)``: is this pod (by UID) on this node, from the
-#: manager's pod cache? None: cannot tell (no cache), and the job is kept.
-PodOnNode = Callable[[str, str, str, str], bool | None]
-#: Who an agent is: a static ``TOKEN NODE`` file, or TokenReview of projected tokens.
-AgentAuth = StaticTokens | TokenReviewer
+
 
 class Reallocator(Protocol):
     """What the API needs from the migration controller."""
@@ -102,407 +71,6 @@ class LoopHealth(Protocol):
     def health(self) -> str | None: ...
 
     def readiness(self) -> str | None: ...
-
-
-#: A standby replica's answer to heartbeats and extender calls. Its state is not the leader's
-#: (no heartbeats since the agents moved on, no reservations), so it must not be used; and the
-#: connection is closed, so that the caller's next request opens a new one, which the Service
-#: sends to the ready replica (a kept-alive connection would stay with this one: issue 15's
-#: fault campaign found the agents heartbeating to a replica that had lost the Lease).
-STANDBY = _json(503, {"detail": "standby replica, not the leader: retry (a new connection "
-                                "reaches the leader)"}, ((b"connection", b"close"),))
-SHUTTING_DOWN = _json(503, {"detail": "the manager is shutting down: retry (a new connection "
-                                      "reaches the next leader)"})
-
-
-def _problems(exc: ValidationError) -> list[dict[str, Any]]:
-    # The first 20 errors, without the input (it can be large, and it is the caller's own).
-    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors(include_url=False, include_input=False)[:20]]
-
-
-class ListenerSplit:
-    """With ``extender_port`` set, the extender's routes are served on that port only, and
-    that port serves nothing else but ``/healthz``: its listener is the one that demands the
-    scheduler's client certificate, so nobody reaches ``/filter`` without one."""
-
-    def __init__(self, app: ASGIApp, extender_port: int) -> None:
-        self.app = app
-        self.extender_port = extender_port
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            server = scope.get("server") or ("", 0)
-            on_extender = server[1] == self.extender_port
-            path = scope.get("path", "")
-            allowed = (path in EXTENDER_PATHS or path == "/healthz") if on_extender else (
-                path not in EXTENDER_PATHS)
-            if not allowed:  # unread: the connection is closed when a body was sent
-                await send_answer(send, _json(404, {"detail": "Not Found"}), close=has_body(scope))
-                return
-        await self.app(scope, receive, send)
-
-
-class Handlers:
-    """The agents' and the scheduler's hot calls, as bytes in and :class:`Answer` out: shared by
-    :class:`HotRoutes` and the FastAPI routes (one implementation)."""
-
-    def __init__(self, settings: ManagerSettings, state: ClusterState, auth: AgentAuth,
-                 metrics: ManagerMetrics, book: QosBook, parameters: Parameters,
-                 node_exists: Callable[[str], bool | None] | None,
-                 pod_on_node: PodOnNode | None,
-                 wall_clock: Callable[[], float] = time.time,
-                 standby: Callable[[], bool] = lambda: False) -> None:
-        self.settings = settings
-        self.state = state
-        self.auth = auth
-        self.m = metrics
-        self.book = book
-        self.parameters = parameters
-        self.node_exists = node_exists
-        self.pod_on_node = pod_on_node
-        self.wall_clock = wall_clock
-        self.standby = standby
-        # TokenReviews (a token not yet in the cache) run on worker threads, a few at a time,
-        # so that a flood of unknown tokens neither blocks the event loop nor the API server.
-        self.reviews = anyio.CapacityLimiter(4)
-        self.sched = settings.scheduler_name
-        # Counter children bound once: labels() costs a dict look-up and a lock per call.
-        hb = metrics.heartbeats
-        self.c_accepted = hb.labels("accepted")
-        self.c_superseded = metrics.heartbeats_superseded
-        self.c_unauth = hb.labels("unauthenticated")
-        self.c_forbidden = hb.labels("forbidden")
-        self.c_invalid = hb.labels("invalid")
-        self.c_skew = hb.labels("clock_skew")
-        self.c_unknown_node = hb.labels("unknown_node")
-        self.c_standby = hb.labels("standby")
-        self.c_unknown_pods = metrics.heartbeat_jobs_ignored
-        self._plain = {ok: HeartbeatReply(accepted=ok, parameters=parameters).model_dump_json()
-                       .encode() for ok in (True, False)}
-        self._stream_plain = {p: b'{"status":200,"reply":' + p + b"}\n"
-                              for p in self._plain.values()}
-        # One large extender body at a time, on a worker thread.
-        self.big = anyio.CapacityLimiter(1)
-
-    # -- agents -----------------------------------------------------------------------------
-    @staticmethod
-    def bearer(authorization: str | None) -> str | Refusal:
-        if not authorization or not authorization.startswith("Bearer "):
-            return Refusal("missing", "missing bearer token")
-        token = authorization[7:].strip()
-        if not token:
-            return Refusal("missing", "missing bearer token")
-        if len(token) > MAX_TOKEN_BYTES:  # refused unread
-            return Refusal("malformed", "bearer token too long")
-        return token
-
-    def agent_answer(self, found: str | Refusal) -> str | Answer:
-        """The node, or the refusal (401; 503 when the API server could not be asked),
-        counted by reason."""
-        if isinstance(found, str):
-            return found
-        self.c_unauth.inc()
-        self.m.agent_auth_refusals.labels(found.reason).inc()
-        log.info("agent refused (%s): %s", found.reason, found.detail)
-        return _json(found.status, {"detail": found.detail},
-                     ((b"www-authenticate", b"Bearer"),) if found.status == 401 else ())
-
-    def agent_node(self, authorization: str | None) -> str | Answer:
-        """The node the bearer token speaks for, or the refusal (may wait for a TokenReview:
-        call from a worker thread, or use :meth:`agent_node_async`)."""
-        token = self.bearer(authorization)
-        if isinstance(token, Refusal):
-            return self.agent_answer(token)
-        return self.agent_answer(self.auth.authenticate(token))
-
-    async def agent_node_async(self, authorization: str | None) -> str | Answer:
-        """:meth:`agent_node` for the event loop: a cached token is answered at once, a new
-        one is reviewed on a worker thread."""
-        token = self.bearer(authorization)
-        if isinstance(token, Refusal):
-            return self.agent_answer(token)
-        return await self.token_node(token)
-
-    async def token_node(self, token: str) -> str | Answer:
-        """The node a bearer token speaks for, or the refusal: from the cache, else reviewed
-        on a worker thread."""
-        found = self.auth.cached(token)
-        if found is None:
-            found = await anyio.to_thread.run_sync(self.auth.authenticate, token,
-                                                   limiter=self.reviews)
-        return self.agent_answer(found)
-
-    def check_node(self, token_node: str, claimed: str) -> Answer | None:
-        if claimed != token_node:
-            self.c_forbidden.inc()
-            return _json(403, {"detail": f"this token speaks for node {token_node!r}, not for "
-                                         f"{claimed!r}"})
-        if self.node_exists is not None and self.node_exists(claimed) is False:
-            self.c_unknown_node.inc()
-            return _json(422, {"detail": f"node {claimed!r} is not a node of this cluster"})
-        return None
-
-    def heartbeat(self, node: str | Answer, body: bytes) -> Answer:
-        """For the authenticated ``node`` (or its refusal): validate, bound, check the jobs
-        against the pod cache, record."""
-        if isinstance(node, Answer):
-            return node
-        if self.standby():
-            self.c_standby.inc()
-            return STANDBY
-        try:
-            hb = Heartbeat.model_validate_json(body)
-        except ValidationError as exc:
-            self.c_invalid.inc()
-            return _json(422, {"detail": _problems(exc)})
-        refused = self.check_node(node, hb.node)
-        if refused is not None:
-            return refused
-        skew = hb.time - self.wall_clock()
-        if abs(skew) > self.settings.max_clock_skew_s:
-            self.c_skew.inc()
-            return _json(422, {"detail": skew_reason(hb, skew, self.settings.max_clock_skew_s)})
-        kept = self._known_jobs(hb) if self.pod_on_node is not None and hb.jobs else hb
-        recorded = self.state.record(kept, body if kept is hb else None)
-        self.c_accepted.inc()
-        if not recorded:  # valid, but older than the node's last: answered accepted=false
-            self.c_superseded.inc()
-        reqs = self.state.checkpoint_requests(node)
-        if not reqs:
-            return Answer(200, self._plain[recorded])
-        reply = HeartbeatReply(accepted=recorded, parameters=self.parameters,
-                               checkpoint=[f"{r.namespace}/{r.pod}" for r in reqs],
-                               checkpoint_requests=reqs)
-        return Answer(200, reply.model_dump_json().encode())
-
-    def _known_jobs(self, hb: Heartbeat) -> Heartbeat:
-        """The heartbeat without the jobs that are not pods on its node (by UID): a node
-        cannot speak for pods it does not run, nor stall a controller with a pod that does
-        not exist. Counted, never refused: the rest of the report is good."""
-        assert self.pod_on_node is not None
-        kept: list[JobReport] = []
-        for j in hb.jobs:
-            if self.pod_on_node(j.namespace, j.pod, j.uid, hb.node) is False:
-                self.c_unknown_pods.inc()
-                log.debug("heartbeat of %s: %s/%s (uid %r) is not a pod on that node; ignored",
-                          hb.node, j.namespace, j.pod, j.uid)
-                continue
-            kept.append(j)
-        return hb if len(kept) == len(hb.jobs) else hb.model_copy(update={"jobs": kept})
-
-    def stream_line(self, a: Answer) -> bytes:
-        """A heartbeat's answer as a line of the stream (:meth:`HotRoutes.stream`)."""
-        if a.status == 200:
-            return self._stream_plain.get(a.body) or b'{"status":200,"reply":' + a.body + b"}\n"
-        detail = orjson.loads(a.body).get("detail", "") if a.body else ""
-        return orjson.dumps({"status": a.status, "detail": detail}) + b"\n"
-
-    # -- kube-scheduler -----------------------------------------------------------------------
-    async def extender_async(self, verb: str, body: bytes) -> Answer:
-        """:meth:`extender`, a large body on a worker thread (one at a time), so that its
-        decode and checks never hold the event loop that answers the heartbeats."""
-        if len(body) <= INLINE_BODY_BYTES:
-            return self.extender(verb, body)
-        return await anyio.to_thread.run_sync(self.extender, verb, body, limiter=self.big)
-
-    def peek_names(self, verb: str, start: bytes) -> Answer | None:
-        """413 for an extender body whose (undecoded) start already lists more NodeNames than
-        ``max_extender_nodes``: an oversized list is refused after its first few hundred KB,
-        the rest never read nor decoded."""
-        limit = self.settings.max_extender_nodes
-        over = names_over(start, limit)
-        if over is None:
-            return None
-        self.m.extender_requests.labels(verb.lstrip("/"), "too_many_nodes").inc()
-        return _json(413, {"detail": f"NodeNames names at least {over} nodes, over the "
-                                     f"manager's max_extender_nodes ({limit}): refused"})
-
-    def extender(self, verb: str, body: bytes) -> Answer:
-        if self.standby():
-            self.m.extender_requests.labels(verb, "standby").inc()
-            return STANDBY
-        start = time.perf_counter()
-        limit = self.settings.max_extender_nodes
-        refused = self.peek_names(verb, body) if len(body) > INLINE_BODY_BYTES else None
-        if refused is not None:
-            return refused
-        try:
-            args = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:  # also too deep: orjson stops at 1024 levels
-            self.m.extender_requests.labels(verb, "bad_request").inc()
-            return _json(400, {"detail": f"body is not JSON: {exc}"})
-        try:
-            if not isinstance(args, dict):
-                raise BadRequest("ExtenderArgs must be a JSON object")
-            check_node_count(args, limit)
-            if verb == "filter":
-                out = Answer(200, orjson.dumps(filter_nodes(self.state, args, self.sched,
-                                                            self.book)))
-            else:
-                out = Answer(200, prioritize_nodes(self.state, args, self.sched, self.book))
-        except TooManyNodes as exc:
-            self.m.extender_requests.labels(verb, "too_many_nodes").inc()
-            return _json(413, {"detail": str(exc)})
-        except BadRequest as exc:
-            self.m.extender_requests.labels(verb, "bad_request").inc()
-            return _json(400, {"detail": str(exc)})
-        self.m.extender_requests.labels(verb, "ok").inc()
-        self.m.extender_seconds.labels(verb).observe(time.perf_counter() - start)
-        return out
-
-
-class HotRoutes:
-    """A plain ASGI app for ``POST /v1/heartbeat``, ``/v1/heartbeats``, ``/filter`` and
-    ``/prioritize``: bounded body read, then :class:`Handlers`."""
-
-    def __init__(self, handlers: Handlers, intake: Intake) -> None:
-        self.h = handlers
-        self.intake = intake
-        s = handlers.settings
-        self.agent_limit = s.max_agent_body_bytes
-        self.extender_port = s.extender_port
-        # A stream with no heartbeat for as long as makes its node stale is ended.
-        self.stream_idle_s = s.heartbeat_interval_s * s.stale_after_intervals
-        self._streams: set[anyio.CancelScope] = set()
-
-    def end_streams(self) -> None:
-        """At shutdown (on the event loop): every open stream ends with a 503 line, as a
-        standby's does; its agent opens the next one, which reaches the next leader. A stream
-        never ends by itself, and the shutdown would wait for it."""
-        for scope in list(self._streams):
-            scope.cancel()
-
-    def serves(self, scope: Scope) -> bool:
-        """Is this request one of the hot calls, on a listener that serves it (with
-        ``extender_port``, the extender's calls there only, the agents' elsewhere)?"""
-        if scope["type"] != "http" or scope["path"] not in HOT_PATHS or scope["method"] != "POST":
-            return False
-        if not self.extender_port:
-            return True
-        server = scope.get("server") or ("", 0)
-        return (server[1] == self.extender_port) == (scope["path"] in EXTENDER_PATHS)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
-        if path in EXTENDER_PATHS:
-            body = await self.intake.extender_body(scope, receive)
-            if isinstance(body, Answer):
-                await self._refuse(send, body)
-                return
-            await send_answer(send, await self.h.extender_async(path[1:], body))
-            return
-        authorization = header(scope, b"authorization")
-        if path == STREAM_PATH:
-            await self.stream(authorization, receive, send)
-            return
-        # The token first: a refused caller's body is never read (docs/security.md).
-        node = await self.h.agent_node_async(authorization)
-        if isinstance(node, Answer):
-            await send_answer(send, node, close=True)
-            return
-        body = await self.intake.agent_body(scope, receive)
-        if isinstance(body, Answer):
-            await self._refuse(send, body)
-            return
-        await send_answer(send, self.h.heartbeat(node, body))
-
-    async def stream(self, authorization: str | None, receive: Receive, send: Send) -> None:
-        """One agent's heartbeats on one request: the body is a stream of heartbeats, one JSON
-        object a line (NDJSON), sent as the agent makes them; the answer, a stream of one line
-        per heartbeat, in order: ``{"status":200,"reply":<HeartbeatReply>}`` or
-        ``{"status":4xx,"detail":...}``. Each heartbeat is authenticated (the request's token,
-        looked up again, so an expired or revoked one ends the stream with a 401 line) and
-        validated as a single one is; a line over ``max_agent_body_bytes`` ends the stream
-        with a 413 line, and so does silence for as long as makes a node stale (408). A token
-        refused at the start is answered as on ``/v1/heartbeat``.
-        What it saves: the HTTP request, its parsing and its task, per heartbeat."""
-        token = self.h.bearer(authorization)
-        node = self.h.agent_answer(token) if isinstance(token, Refusal) else (
-            await self.h.token_node(token))
-        if isinstance(node, Answer):
-            await send_answer(send, node, close=True)
-            return
-        if self.h.standby():  # 503 and the connection closed, as for a single heartbeat
-            self.h.c_standby.inc()
-            await send_answer(send, STANDBY)
-            return
-        assert isinstance(token, str)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/x-ndjson")]})
-        self.h.m.heartbeat_streams.inc()
-        ending = anyio.CancelScope()
-        self._streams.add(ending)
-        try:
-            with ending:
-                await self._stream(token, receive, send)
-            self._streams.discard(ending)
-            if ending.cancelled_caught:
-                await send({"type": "http.response.body", "more_body": False,
-                            "body": self.h.stream_line(SHUTTING_DOWN)})
-        finally:
-            self._streams.discard(ending)
-            self.h.m.heartbeat_streams.dec()
-
-    async def _stream(self, token: str, receive: Receive, send: Send) -> None:
-        pending: list[bytes] = []  # the start of a line not yet ended (kept in parts: linear)
-        waiting = 0
-        more = True
-        while more:
-            with anyio.move_on_after(self.stream_idle_s) as idle:
-                msg = await receive()
-            if idle.cancelled_caught:
-                await send({"type": "http.response.body", "more_body": False, "body": (
-                    self.h.stream_line(_json(408, {"detail": (
-                        f"no heartbeat for {self.stream_idle_s:.0f} s: stream ended")})))})
-                return
-            if msg["type"] != "http.request":
-                return  # the agent went away
-            more = msg.get("more_body", False)
-            chunk = msg.get("body", b"")
-            if more and b"\n" not in chunk:
-                pending.append(chunk)
-                waiting += len(chunk)
-                if waiting <= self.agent_limit:
-                    continue
-                lines = []
-            else:
-                lines = b"".join([*pending, chunk]).split(b"\n")
-                pending = [lines.pop()] if more else []
-                waiting = len(pending[0]) if pending else 0
-            out: list[bytes] = []
-            for line in lines:
-                if len(line) > self.agent_limit:
-                    more = False
-                    self.h.m.bodies_refused.inc()
-                    out.append(self.h.stream_line(_json(413, {"detail": (
-                        f"heartbeat of {len(line)} bytes is over the limit of "
-                        f"{self.agent_limit} bytes")})))
-                    break
-                if not line.strip():
-                    continue
-                found = self.h.auth.cached(token)  # each heartbeat: the token looked up again
-                node = self.h.agent_answer(found) if found is not None else (
-                    await self.h.token_node(token))
-                answer = self.h.heartbeat(node, line)
-                out.append(self.h.stream_line(answer))
-                if isinstance(node, Answer) or answer is STANDBY:
-                    # A refused token, or this replica lost the Lease meanwhile: the stream
-                    # ends, and the agent's next one reaches the leader through the Service.
-                    more = False
-                    break
-            if more and waiting > self.agent_limit:
-                more = False
-                self.h.m.bodies_refused.inc()
-                out.append(self.h.stream_line(_json(413, {"detail": (
-                    f"heartbeat over the limit of {self.agent_limit} bytes")})))
-            if out or not more:
-                await send({"type": "http.response.body", "body": b"".join(out),
-                            "more_body": more})
-
-    async def _refuse(self, send: Send, a: Answer) -> None:
-        if a.status != 499:  # counted by the intake
-            await send_answer(send, a, close=True)
 
 
 class ManagerApp(FastAPI):
@@ -674,16 +242,7 @@ def create_app(
                                      status_code=503)
         return PlainTextResponse("ok")
 
-    def refused(status: int) -> None:
-        if status == 413:
-            m.bodies_refused.inc()
-        else:
-            m.bodies_dropped.labels("timeout" if status == 408 else "busy").inc()
-
-    intake = Intake(settings.max_agent_body_bytes, settings.max_extender_body_bytes,
-                    settings.body_timeout_s, BodySlots(settings.max_unauthenticated_bodies),
-                    trusted_port=settings.extender_port if settings.extender_client_ca_file
-                    else 0, on_refuse=refused, peek_extender=h.peek_names)
+    intake = intake_for(settings, m, h.peek_names)
     app.add_middleware(RequestGate, intake=intake, authenticate=h.agent_node_async)
     if hot_routes:
         app.hot = HotRoutes(h, intake)

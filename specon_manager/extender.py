@@ -18,14 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from specon_manager.job_keys import is_training_pod, pod_key, reservation_key
+from specon_manager.node_table import MAX_PRIORITY
 from specon_manager.qos_book import QosBook
-from specon_manager.state import (
-    MAX_PRIORITY,
-    ClusterState,
-    is_training_pod,
-    pod_key,
-    reservation_key,
-)
+from specon_manager.state import ClusterState
 
 __all__ = ["MAX_PRIORITY", "BadRequest", "ExtenderArgs", "ExtenderFilterResult", "HostPriority",
            "TooManyNodes", "check_node_count", "filter_nodes", "names_over",

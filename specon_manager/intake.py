@@ -14,7 +14,7 @@ request has a reason to be answered, and never for long.
   routes as before, without reading it, and its connection is closed.
 
 :class:`RequestGate` does this in front of FastAPI's routes; the hot routes
-(:class:`specon_manager.app.HotRoutes`) call the same pieces themselves. Before, every
+(:class:`specon_manager.hot_routes.HotRoutes`) call the same pieces themselves. Before, every
 non-GET request on the main port (even to an unknown path) was read up to 2 MiB before
 anything else, with no time limit: ~181 stalled connections took the manager past the chart's
 512 MiB memory limit.

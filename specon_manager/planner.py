@@ -15,11 +15,12 @@ from specon.core.move_cost import job_cost
 from specon.core.progress import PlannedMove, plan_moves
 from specon.core.qos_rules import migration_hold
 from specon.wire import LABEL_MIGRATABLE
+from specon_manager.job_keys import pod_key
 from specon_manager.kube import Kube, annotations_of, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import A_MOVE_COST, MigrationController, parent_of, why_not_movable
 from specon_manager.settings import ManagerSettings
-from specon_manager.state import ClusterState, pod_key
+from specon_manager.state import ClusterState
 
 log = logging.getLogger(__name__)
 REASON = "progress"

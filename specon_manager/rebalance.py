@@ -19,6 +19,7 @@ from specon.core.categorize import Category
 from specon.core.qos_rules import migration_hold
 from specon.core.rebalance import Move, PlacedJob, plan_rebalance
 from specon.wire import LABEL_MIGRATABLE, JobReport
+from specon_manager.job_keys import ANNOTATION_MIGRATION_ID, pod_key
 from specon_manager.kube import Kube, annotations_of, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import (
@@ -30,7 +31,7 @@ from specon_manager.migration import (
     why_not_movable,
 )
 from specon_manager.settings import ManagerSettings
-from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, pod_key
+from specon_manager.state import ClusterState
 
 log = logging.getLogger(__name__)
 

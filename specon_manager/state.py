@@ -1,21 +1,19 @@
 """The manager's live view: each worker's last heartbeat, the reservations of migrations in
-flight and the checkpoint requests waiting for agents. Thread-safe; no I/O."""
+flight and the checkpoint requests waiting for agents. Thread-safe; no I/O. What it is built
+from: the kept heartbeats (:mod:`specon_manager.node_record`), the extender's columns
+(:mod:`specon_manager.node_table`) and the keys pods and jobs are filed under
+(:mod:`specon_manager.job_keys`)."""
 
 from __future__ import annotations
 
-import functools
-import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 
-from specon import names
 from specon.core.categorize import Category
 from specon.core.progress import (
     CANDIDATES,
@@ -32,50 +30,17 @@ from specon.core.scoring import (
     placement_priorities,
     worker_view,
 )
-from specon.wire import LABEL_TRAINING, QOS_STATES, CheckpointRequest, Heartbeat, JobReport
+from specon.wire import QOS_STATES, CheckpointRequest, Heartbeat, JobReport
 from specon_manager.heartbeat_order import Kept, Retired, newer
-from specon_manager.kube import OWNERS
 
-#: Annotation on a bare replacement pod naming the migration it belongs to.
-ANNOTATION_MIGRATION_ID = names.ANNOTATION_MIGRATION_ID
-
+# Re-exported: specon_manager.migration still imports these two from here.
+from specon_manager.job_keys import ANNOTATION_MIGRATION_ID as ANNOTATION_MIGRATION_ID
+from specon_manager.job_keys import pod_key as pod_key
+from specon_manager.node_record import NodeRecord
+from specon_manager.node_table import MAX_PRIORITY, NodeTable, finish
 
 #: The placement rules the extender runs, by name (a policy's ``placement``).
 PLACEMENTS: dict[str, Callable[[ClusterState, list[str], int], list[int]]] = {}
-
-
-def pod_key(namespace: str, name: str) -> str:
-    return f"{namespace}/{name}"
-
-
-def job_key(pod: Mapping[str, Any]) -> str:
-    """The identity of the job a pod runs: its controlling Job, StatefulSet or ReplicaSet, else
-    the pod itself.
-
-    An owned pod's replacement has the same owner (a Job's and a ReplicaSet's a new name, a
-    StatefulSet's the same name); a bare pod's replacement carries
-    the migration id of the pod it replaces (see :func:`reservation_key`)."""
-    meta = pod.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") in OWNERS:
-            return f"job/{ref.get('uid', '')}"
-    return f"pod/{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def reservation_key(pod: Mapping[str, Any]) -> str:
-    """The key under which a reservation for this (replacement) pod is held."""
-    meta = pod.get("metadata") or {}
-    mig = (meta.get("annotations") or {}).get(ANNOTATION_MIGRATION_ID)
-    key = job_key(pod)
-    if key.startswith("pod/") and mig:
-        return f"migration/{mig}"
-    return key
-
-
-def is_training_pod(pod: Mapping[str, Any], scheduler_name: str) -> bool:
-    """The agent's opt-in rule (specon.names.opted_in): the training label or annotation, or
-    the SpeCon scheduler."""
-    return names.opted_in(pod, LABEL_TRAINING, scheduler_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,146 +54,6 @@ class Reservation:
     source_node: str
     source_present: bool = True
     pod: str = ""  # namespace/name of the pod it moves (what its source's heartbeat reports)
-
-
-#: kube-scheduler's extender priorities run 0..10 (extenderv1.MaxExtenderPriority).
-MAX_PRIORITY = 10
-
-
-def host_priority(name: str, score: int) -> bytes:
-    """One HostPriority of the extender's wire, ``{"Host":"<name>","Score":<score>}``."""
-    return b'{"Host":' + orjson.dumps(name) + b',"Score":' + str(score).encode() + b"}"
-
-
-#: A kept heartbeat's JSON may be at most this many bytes per job (plus one such allowance):
-#: a padded body is re-encoded, so the memory a node costs follows what it reports.
-RAW_BYTES_PER_JOB = 1024
-
-
-_CATEGORIES = tuple(Category)  # iterating the Enum itself costs a few µs a heartbeat
-
-
-@functools.lru_cache(maxsize=512)
-def _decode(raw: bytes) -> Heartbeat:
-    return Heartbeat.model_validate_json(raw)
-
-
-class NodeRecord:
-    """A node's last heartbeat, kept as its (validated) JSON and decoded on demand (the last
-    few hundred decoded are cached): 100 jobs as pydantic models take about 160 KB and 2,500
-    objects that the garbage collector walks on every full collection, as JSON about 15 KB
-    and one object. What the extender and the metrics need is summed at record time."""
-
-    __slots__ = ("boot", "categories", "cpus", "load", "node", "pods", "qos", "raw", "received",
-                 "seq", "time", "work")
-
-    def __init__(self, hb: Heartbeat, received: float, raw: bytes | None = None) -> None:
-        if raw is None or len(raw) > RAW_BYTES_PER_JOB * (1 + len(hb.jobs)):
-            raw = hb.model_dump_json().encode()
-        self.raw = raw
-        self.received = received
-        self.node, self.seq, self.time, self.boot = hb.node, hb.seq, hb.time, hb.boot
-        self.load = min(1.0, hb.load_cores / hb.capacity_cpus)
-        self.pods = tuple([pod_key(j.namespace, j.pod) for j in hb.jobs])
-        cats = dict.fromkeys(_CATEGORIES, 0)
-        qos: dict[str, int] = {}
-        for j in hb.jobs:
-            cats[j.category] += 1
-            qos[j.qos] = qos.get(j.qos, 0) + 1
-        self.categories = cats
-        self.qos = qos
-        self.cpus = hb.capacity_cpus
-        self.work = sum(j.work_s or 0.0 for j in hb.jobs)  # CPU-seconds left, as reported
-
-    @property
-    def heartbeat(self) -> Heartbeat:
-        return _decode(self.raw)
-
-
-class NodeTable:
-    """What the extender needs of each node, as columns kept up to date at each heartbeat, so
-    that a scheduler call is one look-up per node name and a few array operations: the
-    SpeCon score of the node's reported jobs (reservations not included), its load (0..1),
-    free CPUs, at-risk jobs and when the heartbeat came; and, per row, the node's
-    HostPriority already encoded for each score 0..MAX_PRIORITY, so that an answer is gathered
-    and joined, not encoded. Row 0 is "no such node" (never fresh, nothing encoded). Not
-    locked itself: :class:`ClusterState` holds its lock around writes and reads."""
-
-    def __init__(self, capacity: int = 1024) -> None:
-        self.row: dict[str, int] = {}
-        self.free_rows: list[int] = []
-        self.used = 1
-        self.score = np.zeros(capacity)
-        self.load = np.zeros(capacity)
-        self.free_cpus = np.zeros(capacity)
-        self.at_risk = np.zeros(capacity)
-        self.received = np.full(capacity, -np.inf)
-        self.encoded = np.empty((capacity, MAX_PRIORITY + 1), dtype=object)
-        self.added = 0  # rows added since the last _compact()
-
-    def put(self, node: str, received: float, score: float, load: float, free_cpus: float,
-            at_risk: int) -> None:
-        i = self.row.get(node)
-        if i is None:
-            i = self.free_rows.pop() if self.free_rows else self._grow()
-            self.row[node] = i
-            self.encoded[i] = [host_priority(node, k) for k in range(MAX_PRIORITY + 1)]
-            self.added += 1
-            if self.added * 4 >= len(self.row) + 64:
-                self._compact()
-        self.score[i], self.load[i], self.free_cpus[i] = score, load, free_cpus
-        self.at_risk[i], self.received[i] = at_risk, received
-
-    def _compact(self) -> None:
-        """Rebuild :attr:`row` from copies of its keys and values made in one go. Each name
-        came with its node's first heartbeat, amid the objects that heartbeat made, so the
-        keys a look-up compares lie scattered over the heap; copied together they lie side
-        by side, and mapping 5,000 names to rows costs a fifth of what it did when the cache
-        is cold (docs/manager.md)."""
-        self.added = 0
-        keys = list(self.row)
-        copies = "\n".join(keys).split("\n")  # new strings, allocated one after the other
-        if len(copies) == len(keys):  # (a name with a newline: left as it is)
-            self.row = dict(zip(copies, np.fromiter(self.row.values(), np.intp,
-                                                    len(keys)).tolist(), strict=True))
-
-    def drop(self, node: str) -> None:
-        i = self.row.pop(node, None)
-        if i is not None:
-            self.received[i] = -np.inf
-            self.free_rows.append(i)
-
-    def _grow(self) -> int:
-        i = self.used
-        if i == len(self.score):
-            for name in ("score", "load", "free_cpus", "at_risk"):
-                setattr(self, name, np.concatenate([getattr(self, name), np.zeros(i)]))
-            self.received = np.concatenate([self.received, np.full(i, -np.inf)])
-            self.encoded = np.concatenate([self.encoded, np.empty_like(self.encoded)])
-        self.used += 1
-        return i
-
-    def rows(self, names: list[str]) -> npt.NDArray[np.intp]:
-        # map() over dict.get with a default of row 0 runs in C: ~3x a comprehension.
-        return np.fromiter(map(self.row.get, names, itertools.repeat(0, len(names))),
-                           dtype=np.intp, count=len(names))
-
-    def encode(self, names: list[str], rows: npt.NDArray[np.intp],
-               scores: npt.NDArray[np.int64]) -> bytes:
-        """The HostPriorityList ``[{"Host": name, "Score": score}, ...]`` as JSON bytes: the
-        rows' encoded items gathered by score (under the state's lock), then the names with
-        no row encoded (:func:`finish`, after it)."""
-        return finish(names, rows, scores, self.encoded[rows, scores])
-
-
-def finish(names: list[str], rows: npt.NDArray[np.intp], scores: npt.NDArray[np.int64],
-           items: npt.NDArray[np.object_]) -> bytes:
-    """The HostPriorityList from the gathered ``items``, the names with no row (row 0) encoded
-    here: it reads no table, so it runs outside the lock that heartbeats wait for (a call
-    naming thousands of unknown nodes took tens of ms)."""
-    for k in np.flatnonzero(rows == 0).tolist():
-        items[k] = host_priority(names[k], int(scores[k]))
-    return b"[" + b",".join(items.tolist()) + b"]"
 
 
 @dataclass

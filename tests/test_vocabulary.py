@@ -78,7 +78,7 @@ def test_every_specon_variable_in_the_docs_is_a_setting_or_a_contract_variable()
     ({"metadata": {"labels": "x", "annotations": ["y"]}, "spec": "z"}, False),
 ])
 def test_the_agent_and_the_manager_apply_one_opt_in_rule(pod: dict, followed: bool) -> None:
-    from specon_manager.state import is_training_pod
+    from specon_manager.job_keys import is_training_pod
 
     # the agent's discovery calls names.opted_in (its cases: tests/agent/test_kube_discovery.py)
     assert names.opted_in(pod) is followed

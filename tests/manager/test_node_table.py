@@ -1,5 +1,6 @@
-"""The extender's node table (specon_manager.state.NodeTable): rows stay right while nodes come
-and go and the table compacts its index, and the encoded answer is the extender's JSON."""
+"""The extender's node table (specon_manager.node_table.NodeTable): rows stay right while
+nodes come and go and the table compacts its index, and the encoded answer is the extender's
+JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 import numpy as np
 
-from specon_manager.state import MAX_PRIORITY, NodeTable, host_priority
+from specon_manager.node_table import MAX_PRIORITY, NodeTable, host_priority
 
 
 def test_rows_stay_right_through_growth_compaction_and_removal() -> None:
