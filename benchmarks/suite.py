@@ -11,7 +11,11 @@ lost (slower than default by more than 1%).
     python benchmarks/suite.py --workloads 5 --seeds 1 --policies default,progress
     python benchmarks/suite.py --family widened --workloads 12 --policies default,progress
         # 12 workloads of each family of specon.sim.generate.FAMILIES (overload, speeds
-        # 0.25-4, 16-64 workers, heavy-tailed lengths, and the default draws): 60 in all
+        # 0.25-4, 16-64 workers, heavy-tailed lengths, bursty arrivals on speeds 0.25-4, and
+        # the default draws): 72 in all
+    python benchmarks/suite.py --family widened --noise standard
+        # the same, where policies see what real logs give them (NOISE, docs/experiments.md):
+        # half the jobs declare no total steps, step costs off by up to 25%, noisier losses
 
 Writes docs/results/suite.json (every number) and prints the Markdown table of the README.
 """
@@ -35,6 +39,19 @@ from specon.core.policy import POLICIES, canonical  # noqa: E402
 from specon.sim.generate import FAMILIES, family_workload  # noqa: E402
 from specon.sim.model import SimConfig  # noqa: E402
 from specon.sim.runner import run_one  # noqa: E402
+
+#: The suite's noise settings (docs/experiments.md): what a policy knows of the jobs, for
+#: SimConfig. The profiles' losses are real logs, already as noisy as measured (relative
+#: scatter around their running median 0.01-1.6 per line, median 0.12; a third to a half of
+#: their steps go up); `standard` adds as much again, a spike on 2% of the lines and one slow
+#: bump of a tenth of the loss's range, and `heavy` is the issue's "heavy noise".
+NOISE: dict[str, dict[str, float]] = {
+    "none": {},
+    "standard": {"unknown_total_share": 0.5, "cost_error": 0.25, "loss_noise": 0.1,
+                 "loss_spikes": 0.02, "loss_bump": 0.1},
+    "heavy": {"unknown_total_share": 1.0, "cost_error": 0.5, "loss_noise": 0.3,
+              "loss_spikes": 0.05, "loss_bump": 0.3},
+}
 
 
 def one_workload(args: tuple[str, int, list[str], list[int], dict[str, Any]]
@@ -150,12 +167,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3, help="simulator seeds per workload")
     ap.add_argument("--policies", default="all", help="comma-separated, or 'all'")
     ap.add_argument("--processes", type=int, default=2)
-    ap.add_argument("--cost-error", type=float, default=0.0,
+    ap.add_argument("--noise", choices=list(NOISE), default="none",
+                    help="what policies know of the jobs (NOISE); the flags below override it")
+    ap.add_argument("--cost-error", type=float, default=None,
                     help="relative error of each job's measured step cost (robustness)")
-    ap.add_argument("--unknown-total-share", type=float, default=0.0,
+    ap.add_argument("--unknown-total-share", type=float, default=None,
                     help="share of jobs that declare no total steps (robustness)")
+    ap.add_argument("--loss-noise", type=float, default=None,
+                    help="relative sigma of extra noise on each logged loss (robustness)")
     ap.add_argument("--fair", type=float, default=None, help="override SimConfig.fair_share")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "suite.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: docs/results/suite.json (suite-noisy-NOISE.json with --noise)")
     a = ap.parse_args()
     if a.workloads < 1 or a.seeds < 1 or a.processes < 1:
         ap.error("--workloads, --seeds and --processes must be at least 1")
@@ -170,8 +192,13 @@ def main() -> None:
         ap.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
     if "default" not in policies:
         policies.insert(0, "default")
-    cfg = {"cost_error": a.cost_error, "unknown_total_share": a.unknown_total_share,
-           **({"fair_share": a.fair} if a.fair is not None else {})}
+    cfg: dict[str, float] = dict(NOISE[a.noise])
+    for key in ("cost_error", "unknown_total_share", "loss_noise", "fair"):
+        if getattr(a, key) is not None:
+            cfg["fair_share" if key == "fair" else key] = getattr(a, key)
+    if a.out is None:
+        name = "suite.json" if a.noise == "none" else f"suite-noisy-{a.noise}.json"
+        a.out = ROOT / "docs" / "results" / name
     try:
         SimConfig(**cfg)
     except ValueError as exc:
@@ -195,8 +222,10 @@ def main() -> None:
               + (f" (beaten: {beaten[:5]})" if beaten else ""), file=sys.stderr)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"command": " ".join(sys.argv[1:]), "seconds": time.time()
-                                 - started, "config": cfg, "table": table, "workloads": rows},
-                                indent=1))
+                                 - started, "noise": a.noise, "config": cfg, "table": table,
+                                 "workloads": rows}, indent=1))
+    if cfg:  # the README's `noisy` entry says what the policies were not told
+        print(f"noisy ({a.noise}): " + ", ".join(f"{k} {v:g}" for k, v in cfg.items()) + "\n")
     print(markdown(table))
     if len(families) > 1:
         for f in families:

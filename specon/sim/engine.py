@@ -46,6 +46,7 @@ from specon.core.urgency import (
 )
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
 from specon.sim.model import JobResult, RunResult, SimConfig
+from specon.sim.noise import noisy_log
 from specon.workload.models import JobSpec, Profile, Workload
 
 ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
@@ -93,6 +94,7 @@ class _Job:
         "iter_cost",
         "max_cores",
         "milestones",
+        "observed",
         "profile",
         "rate",
         "rebalanced",
@@ -122,6 +124,8 @@ class _Job:
         #: whether it declares its total steps.
         self.cost_seen = self.iter_cost
         self.total_known = True
+        #: The loss as its log shows it (noisier than the profile's in robustness runs).
+        self.observed: Sequence[float] = profile.loss
         #: (log lines seen, predicted step of its target) for a job that stops at its target
         self.target_fit: tuple[int, float | None] = (-1, None)
         self.done = 0.0
@@ -164,7 +168,7 @@ class _Job:
     def new_losses(self) -> list[float]:
         """The log lines written since the last call."""
         k = self.logged()
-        out = list(self.profile.loss[self.seen : k])
+        out = list(self.observed[self.seen : k])
         self.seen = k
         return out
 
@@ -240,6 +244,9 @@ class Simulator:
             know = random.Random(f"{seed}:{spec.name}")
             job.cost_seen = job.iter_cost * (1.0 + self.cfg.cost_error * know.uniform(-1, 1))
             job.total_known = know.random() >= self.cfg.unknown_total_share
+            cfg = self.cfg
+            job.observed = noisy_log(prof.loss, random.Random(f"{seed}:{spec.name}:log"),
+                                     cfg.loss_noise, cfg.loss_spikes, cfg.loss_bump)
             self.jobs[spec.name] = job
         self.heap: list[tuple[float, int, int, str, int]] = []
         self.seq = 0
@@ -451,7 +458,7 @@ class Simulator:
             return None
         n = len(job.profile.loss)
         steps = [(i + 1) * job.profile.iterations / n for i in range(k)]
-        fit = fit_curve(steps, job.profile.loss[:k])
+        fit = fit_curve(steps, job.observed[:k])
         if fit is None:
             return None
         return max(0.0, fit.step_for(job.spec.target_loss) - job.done)

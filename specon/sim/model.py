@@ -34,6 +34,12 @@ class SimConfig:
     #: measured step cost, and the share of jobs that declare no total steps.
     cost_error: float = 0.0
     unknown_total_share: float = 0.0
+    #: Noisier logs (specon.sim.noise), seen by every policy, never by the metrics: the
+    #: relative sigma of each logged loss's extra multiplicative noise, the share of log lines
+    #: that spike, and the height of one slow bump as a share of the loss's range.
+    loss_noise: float = 0.0
+    loss_spikes: float = 0.0
+    loss_bump: float = 0.0
     #: The share of an equal split every job keeps under the progress-aware policy.
     fair_share: float = 0.0
     #: A move must be predicted to gain this many times what it costs.
@@ -50,7 +56,15 @@ class SimConfig:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
-        for name in ("oversubscription_penalty", "interference"):
+        for name in ("loss_noise", "loss_bump"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        for name in ("loss_spikes", "unknown_total_share"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and 0 <= v <= 1):
+                raise ValueError(f"{name} must be in [0, 1], got {v!r}")
+        for name in ("oversubscription_penalty", "interference", "cost_error"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and 0 <= v < 1):
                 raise ValueError(f"{name} must be in [0, 1), got {v!r}")

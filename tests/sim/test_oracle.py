@@ -101,6 +101,37 @@ def test_no_policy_beats_the_oracle_on_the_built_in_experiments(name):
         assert bound <= got, (policy, bound, got)
 
 
+#: Small versions of the widened suite's new shapes (specon.sim.generate.FAMILIES, issue 28):
+#: bursts on speeds 0.25-4, and 1-3 workers offered 2-6 times their capacity.
+WIDENED = {
+    "bursty": Shape(workers=(1, 4), cpus=(1, 8), speed=(0.25, 4.0), jobs=(3, 10),
+                    minutes=(0.5, 5.0), load=(0.3, 3.0), arrivals=("bursty",)),
+    "overload": Shape(workers=(1, 3), cpus=(1, 8), speed=(0.25, 4.0), jobs=(4, 10),
+                      minutes=(0.5, 5.0), load=(2.0, 6.0)),
+}
+#: The suite's `standard` noise settings (benchmarks/suite.py NOISE).
+NOISY = SimConfig(record_timeline=False, unknown_total_share=0.5, cost_error=0.25,
+                  loss_noise=0.1, loss_spikes=0.02, loss_bump=0.1)
+
+
+@pytest.mark.parametrize("shape", list(WIDENED))
+@pytest.mark.parametrize("config", [SimConfig(record_timeline=False), NOISY],
+                         ids=["exact", "noisy"])
+def test_no_policy_beats_either_bound_on_the_widened_shapes(shape, config):
+    for seed in range(12):
+        wl = parse_workload(generate(500 + seed, _profiles(random.Random(seed)), WIDENED[shape]),
+                            Path(f"{shape}-{seed}.json"))
+        orc = simulate_oracle(wl)
+        bound, ninety = avg(orc), t90(orc)
+        for policy in RIVALS:
+            res = Simulator(wl, POLICIES[policy], config, seed=seed).run()
+            assert bound <= avg(res) * (1 + 1e-6), (shape, seed, policy, bound, avg(res))
+            for name, at in t90(res).items():
+                b = ninety[name]
+                assert (b is None) == (at is None), (shape, seed, policy, name)
+                assert b is None or b <= at * (1 + 1e-9), (shape, seed, policy, name, b, at)
+
+
 def test_the_oracle_reports_only_what_it_bounds():
     s = simulate_oracle(repro({"1": 1.0}, [{"name": "w1", "cpus": 1}])).summary()
     assert math.isfinite(s["avg_completion_s"])
