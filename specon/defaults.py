@@ -17,6 +17,12 @@ FLOWCON_MAX_INTERVAL_S = 480.0
 #: A job whose last this many categorisation intervals logged losses but no finite one (NaN
 #: or inf only) is watching, not progressing (docs/parameters.md, "No valid loss").
 NO_VALID_LOSS_INTERVALS = 3
+#: A categorisation interval in which a job logged at under SLOW_PACE of its top pace (log
+#: lines per second, i.e. steps per second at a fixed logging period) cannot demote it: it
+#: was held back, not flattening (docs/algorithms.md, "Slow intervals"). At most
+#: SLOW_PACE_INTERVALS such intervals in a row are skipped; then the slow pace is its pace.
+SLOW_PACE = 0.2
+SLOW_PACE_INTERVALS = 10
 #: SpeCon weights of progressing, watching and converged jobs (Algorithm 4).
 WEIGHTS = (2.0, 1.5, 1.0)
 #: Quality targets and deadlines (docs/qos.md): the lowest limit, in cores, of a job that yields

@@ -11,6 +11,15 @@ compared with the threshold alpha and with its previous growth:
   finite one (a NaN or inf loss, a diverged run) has no growth to judge, yet it is not
   progressing: PC -> WC (WC and CC stay), and its last growth is forgotten. A finite loss
   again is judged as above.
+* Slow interval: a job that logged at under ``SLOW_PACE`` of its top pace (loss lines per
+  second, :attr:`specon.core.growth.Growth.pace`) was held back (a CPU floor, a crowded node),
+  and its growth per minute says so, not that its loss flattened. Such an interval does not
+  demote it: the job keeps its category and its last growth. It can still promote it (G >=
+  alpha at a fraction of its pace is progress). At most ``SLOW_PACE_INTERVALS`` in a row are
+  skipped; the next slow one is judged, the slow pace becomes the job's top pace and its last
+  growth (taken at the other pace) is forgotten, so it is compared like with like from then on.
+  The growth is not scaled by the pace: at a twentieth of the steps the loss change is mostly
+  noise, and scaling it 20x would make noise decide the category.
 
 A migrated job (moved, or judged best where it is) is never categorised or requested again.
 """
@@ -21,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from specon.defaults import NO_VALID_LOSS_INTERVALS
+from specon.defaults import NO_VALID_LOSS_INTERVALS, SLOW_PACE, SLOW_PACE_INTERVALS
 
 
 class Category(StrEnum):
@@ -35,6 +44,10 @@ class JobState:
     category: Category = Category.PROGRESSING
     last_growth: float | None = None
     migrated: bool = False
+    #: The highest pace (loss lines per second) of the job's intervals on this node.
+    top_pace: float | None = None
+    #: Slow intervals in a row not judged (see the module's "Slow interval").
+    slow: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +68,23 @@ def _next(state: JobState, g: float, alpha: float) -> Category:
     return Category.CONVERGED
 
 
+def _judge(state: JobState, g: float, alpha: float, pace: float | None,
+           slow_after: int) -> JobState:
+    """The job's state after an interval of growth ``g`` at ``pace`` (None: unknown)."""
+    if pace is None or pace <= 0:
+        return replace(state, category=_next(state, g, alpha), last_growth=g, slow=0)
+    top = state.top_pace
+    if top is None or pace >= SLOW_PACE * top or g >= alpha:
+        return replace(state, category=_next(state, g, alpha), last_growth=g, slow=0,
+                       top_pace=max(pace, top or 0.0))
+    if state.slow < slow_after:
+        return replace(state, slow=state.slow + 1)
+    # held back for long: this is its pace now; its last growth was taken at another
+    rebased = replace(state, last_growth=None)
+    return replace(rebased, category=_next(rebased, g, alpha), last_growth=g, slow=0,
+                   top_pace=pace)
+
+
 def _no_valid_loss(state: JobState) -> JobState:
     """A job with no finite loss for long enough: not progressing (WC and CC stay), and its
     last growth, which no longer describes it, forgotten."""
@@ -67,13 +97,17 @@ def categorize(
     states: Mapping[str, JobState], growth: Mapping[str, float | None], alpha: float,
     invalid: Mapping[str, int] | None = None,
     invalid_after: int = NO_VALID_LOSS_INTERVALS,
+    pace: Mapping[str, float] | None = None,
+    slow_after: int = SLOW_PACE_INTERVALS,
 ) -> CategorizeResult:
     """One categorisation interval on one worker.
 
     ``states`` holds every job on the worker; ``growth`` this interval's G per job (None or
     absent: no measurement, the job keeps its state); ``invalid`` the intervals in a row each
     job logged losses but no finite one (:attr:`specon.core.growth.LossTrack.invalid`): from
-    ``invalid_after`` on, a progressing job is watching.
+    ``invalid_after`` on, a progressing job is watching; ``pace`` each job's loss lines per
+    second over the interval (absent: unknown, the interval is judged): a slow interval does
+    not demote a job, ``slow_after`` of them in a row at most.
     """
     if not alpha > 0:
         raise ValueError("alpha must be > 0")
@@ -87,10 +121,11 @@ def categorize(
         if st.migrated or g is None:
             new[name] = st
             continue
-        cat = _next(st, g, alpha)
-        if cat is Category.CONVERGED and st.category is Category.CONVERGED and g < alpha:
+        judged = _judge(st, g, alpha, pace.get(name) if pace else None, slow_after)
+        if judged.category is Category.CONVERGED and st.category is Category.CONVERGED \
+                and g < alpha:  # a slow interval too: it cannot demote a converged job
             stayed_converged.append(name)
-        new[name] = replace(st, category=cat, last_growth=g)
+        new[name] = judged
     active = sum(1 for s in new.values() if s.category is not Category.CONVERGED)
     requests = tuple(sorted(stayed_converged)) if active > 1 else ()
     return CategorizeResult(states=new, reallocation_requests=requests)

@@ -12,6 +12,9 @@ docs/normalisation.md):
   by zero.
 * progress = |dE| / scale per minute: "the share of all the improvement seen so far that this
   job made in the last minute". Efficiency divides progress by the cores the job used.
+* The pace of an interval is the loss lines it logged per second: steps per second for a job
+  that logs every so many steps. Categories use it to tell a job held back from one that
+  flattened (:mod:`specon.core.categorize`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Growth:
     efficiency: float  # progress per core used over the interval
     value: float  # E(t_m)
     cores: float  # average cores used over the interval
+    pace: float = 0.0  # loss lines logged per second over the interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,5 +93,6 @@ class LossTrack:
             return track, None
         progress = abs(value - self.last) / track.scale * 60.0 / dt_s
         cores = max(cpu_seconds / dt_s, MIN_CORES)
-        growth = Growth(progress=progress, efficiency=progress / cores, value=value, cores=cores)
+        growth = Growth(progress=progress, efficiency=progress / cores, value=value, cores=cores,
+                        pace=len(samples) / dt_s)
         return track, growth

@@ -131,6 +131,8 @@ class NodeController:
         else:
             view.flow.restart(now, cpu)
             view.cat_probe.restart(now, cpu)
+            # its pace elsewhere says nothing of its pace here
+            view.cat = replace(view.cat, top_pace=None, slow=0)
         self.jobs[cid] = view
         self.flow = flowcon.add_container(self.flow, cid, self.params)
         self._listener(now)
@@ -212,14 +214,16 @@ class NodeController:
         """Algorithm 3: one categorisation interval; returns the jobs to reallocate now."""
         growth: dict[str, float | None] = {}
         invalid: dict[str, int] = {}
+        pace: dict[str, float] = {}
         for cid, job in self.jobs.items():
             g, _ = job.cat_probe.observe(now, cpu.get(cid), self.per_second)
             if g is not None:
                 job.growth = g
+                pace[cid] = g.pace
             growth[cid] = g.progress if g is not None else None
             invalid[cid] = job.cat_probe.track.invalid
         res = categorize({cid: j.cat for cid, j in self.jobs.items()}, growth, self.alpha,
-                         invalid)
+                         invalid, pace=pace)
         for cid, st in res.states.items():
             if st.last_growth is None and self.jobs[cid].cat.last_growth is not None:
                 self.jobs[cid].growth = None  # no valid loss: its last growth is not current
