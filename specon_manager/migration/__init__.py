@@ -25,31 +25,25 @@ most once). docs/manager.md walks through the phases and what a restart does in 
 
 from __future__ import annotations
 
-import copy
-import json
 import logging
-import math
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from specon import names
 from specon.core.categorize import Category
 from specon.core.move_cost import format_cost, realised_gain, updated_cost
 from specon.core.policy import lookup
 from specon.core.qos_rules import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
-from specon.quantity import millicores, parse_cpu
 from specon.wire import LABEL_MIGRATABLE, CheckpointRequest, ReallocationReply, ReallocationRequest
 from specon_manager.kube import (
     CUSTOM_KINDS,
     OWNERS,
-    PARENTS,
     Kube,
     KubeError,
     annotations_of,
@@ -63,93 +57,44 @@ from specon_manager.kube import (
 )
 from specon_manager.lead_lost import hand_over, step_failed
 from specon_manager.metrics import ManagerMetrics
+from specon_manager.migration.movable import (
+    ENDING,
+    PYTORCH_RESTARTS,
+    ignores_disruption,
+    is_ending,
+    owner_of,
+    parent_of,
+    why_not_movable,
+)
+from specon_manager.migration.pod_spec import fits, pinned, unpinned, with_cpu_limit
+from specon_manager.migration.record import (
+    A_MIGRATED,
+    A_MIGRATED_AT,
+    A_MIGRATION,
+    A_MOVE_COST,
+    A_REBALANCED,
+    GATE,
+    L_MIGRATING,
+    PHASES,
+    REASONS,
+    Migration,
+)
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ANNOTATION_MIGRATION_ID, ClusterState, Reservation, pod_key
 
+__all__ = [
+    "A_MIGRATED", "A_MIGRATED_AT", "A_MIGRATION", "A_MOVE_COST", "A_REBALANCED", "ENDING",
+    "MEASURE_WITHIN_S", "PHASES", "PYTORCH_RESTARTS", "REASONS", "Migration",
+    "MigrationController", "fits", "ignores_disruption", "is_ending", "no_replacement_coming",
+    "owner_of", "parent_of", "pinned", "started_at", "unpinned", "why_not_movable",
+    "with_cpu_limit",
+]
+
 log = logging.getLogger(__name__)
 
-A_MIGRATION = names.ANNOTATION_MIGRATION
-A_MIGRATED = names.ANNOTATION_MIGRATED
-A_MIGRATED_AT = names.ANNOTATION_MIGRATED_AT
-A_REBALANCED = names.ANNOTATION_REBALANCED
-A_MOVE_COST = names.ANNOTATION_MOVE_COST
-L_MIGRATING = names.LABEL_MIGRATING
-GATE = names.GATE_MIGRATION
-PHASES = ("reserved", "checkpointing", "evicting", "placing", "done", "cancelled")
-#: converged: Algorithm 4 on a request; rebalance: Algorithm 5; progress: the progress-aware
-#: policy's planned move (specon_manager/planner.py), which may move a job more than once.
-REASONS = ("converged", "rebalance", "progress")
 #: How long after a completed migration's replacement was bound its container may take to
 #: start (image pull included) and still give the move's measured cost; later, none is taken.
 MEASURE_WITHIN_S = 3600.0
-
-
-@dataclass(frozen=True)
-class Migration:
-    id: str
-    namespace: str
-    pod: str
-    pod_uid: str
-    source: str
-    target: str
-    kind: str  # "pod" (bare), or the owner's kind in lower case: "job", "statefulset", ...
-    owner: str  # the owner's name ("" for a bare pod)
-    owner_uid: str
-    reason: str  # "converged" or "rebalance"
-    phase: str
-    started: float
-    deadline: float  # of the current phase
-    replacement: str = ""  # a bare pod's replacement
-    reserved: bool = True
-    #: When the job was asked to checkpoint (0: not yet, or a record from before this field):
-    #: the start of the stop that a completed move's measured cost counts.
-    requested: float = 0.0
-    #: A planned move's (reason progress) predicted gain in the sum of completion times, net of
-    #: the cost it was charged, and that cost (seconds; None: not planned by gain).
-    predicted_gain_s: float | None = None
-    charged_cost_s: float | None = None
-
-    @property
-    def key(self) -> str:
-        return f"job/{self.owner_uid}" if self.owned else f"migration/{self.id}"
-
-    @property
-    def owned(self) -> bool:
-        return self.kind != "pod"
-
-    @property
-    def owner_kind(self) -> str:
-        return next(k for k in OWNERS if k.lower() == self.kind)
-
-    def owner_path(self) -> str:
-        return owner_path(self.owner_kind, self.namespace, self.owner)
-
-    def record(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_record(cls, text: str) -> Migration | None:
-        try:
-            data = json.loads(text)
-            # Fields a newer release added are dropped, not refused (a rollback keeps them in
-            # flight); the numbers this release added are checked, the record being writable
-            # by whoever may edit the Job.
-            data = {k: v for k, v in data.items() if k in _FIELDS}
-            for key in _NUMBERS:
-                v = data.get(key)
-                if (v is None and key == "requested") or (v is not None and (
-                        isinstance(v, bool) or not isinstance(v, int | float)
-                        or not math.isfinite(v))):
-                    data.pop(key, None)
-            m = cls(**data)
-        except (ValueError, TypeError, AttributeError):
-            return None
-        kinds = {"pod"} | {k.lower() for k in OWNERS}
-        return m if m.phase in PHASES and m.kind in kinds else None
-
-
-_FIELDS = frozenset(Migration.__dataclass_fields__)
-_NUMBERS = ("requested", "predicted_gain_s", "charged_cost_s")
 
 
 def started_at(pod: dict[str, Any]) -> float | None:
@@ -171,190 +116,6 @@ def started_at(pod: dict[str, Any]) -> float | None:
     return max(times) if times else None
 
 
-#: Why a pod may not move now but may later (or is about to go): its worker asks again.
-ENDING = ("the pod is terminating", "the pod is not running")
-
-
-def is_ending(why: str | None) -> bool:
-    """The pod is going away (terminating, ended, its owner gone): refused, not marked."""
-    return why is not None and (why in ENDING or (
-        why.startswith("the pod's ") and why.endswith(" is gone")))
-
-
-def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str,
-                    replicasets: bool = False, parent: dict[str, Any] | None = None,
-                    ) -> str | None:
-    """None when this pod may be migrated, else why not (a sentence for events and replies;
-    :func:`is_ending` when the pod is going away). ``job`` is the pod's controller (a Job,
-    StatefulSet, ReplicaSet or PyTorchJob) when it has one, ``parent`` that controller's own
-    (:func:`parent_of`: a Job's JobSet); ``replicasets``: ReplicaSet pods may move (only with
-    a non-ignorable extender)."""
-    md = meta(pod)
-    if md.get("deletionTimestamp"):
-        return ENDING[0]
-    if (pod.get("status") or {}).get("phase") != "Running":
-        return ENDING[1]
-    if labels_of(pod).get(LABEL_MIGRATABLE) != "true":
-        return f"the pod did not opt in to migration (label {LABEL_MIGRATABLE}=true)"
-    ref = controller_ref(pod)
-    holder = pod
-    if ref is not None:
-        kind = ref.get("kind")
-        if kind not in OWNERS:
-            return (f"the pod is owned by a {kind}, which the manager cannot rely on (it moves "
-                    "bare pods and pods of a Job, a JobSet, a StatefulSet, a ReplicaSet or a "
-                    "PyTorchJob)")
-        if job is None:
-            return f"the pod's {kind} is gone"
-        if kind == "Job":
-            why = _why_not_job(job)
-        elif kind == "PyTorchJob":
-            why = _why_not_pytorchjob(job)
-        else:
-            why = _why_not_replicated(job, kind, replicasets)
-        if why is not None:
-            return why
-        above = controller_ref(job)
-        if above is not None and above.get("kind") in PARENTS:
-            if parent is None:
-                return f"the pod's {above['kind']} is gone"
-            why = _why_not_jobset(parent)
-            if why is not None:
-                return why
-        holder = job
-    marker = A_REBALANCED if reason == "rebalance" else A_MIGRATED
-    if reason != "progress" and annotations_of(holder).get(marker):
-        return "the job was already " + ("rebalanced" if reason == "rebalance" else "migrated")
-    return None
-
-
-def _why_not_job(job: dict[str, Any]) -> str | None:
-    spec = job.get("spec") or {}
-    if spec.get("podReplacementPolicy") != "Failed":
-        return ("its Job does not set podReplacementPolicy: Failed (a replacement could "
-                "start while the pod terminates)")
-    if not ignores_disruption(spec.get("podFailurePolicy")):
-        # The evicted pod ends Failed; without a rule ignoring DisruptionTarget it counts
-        # against backoffLimit, and past it the Job fails with its job (issue 15).
-        limit = spec.get("backoffLimit", 6)
-        failed = (job.get("status") or {}).get("failed") or 0
-        if not isinstance(limit, int) or not isinstance(failed, int) or failed + 1 > limit:
-            return (f"the eviction would fail its Job (backoffLimit {limit}, {failed} failed "
-                    "so far, and no podFailurePolicy rule ignores DisruptionTarget)")
-    return None
-
-
-def _why_not_replicated(owner: dict[str, Any], kind: str, replicasets: bool) -> str | None:
-    """A StatefulSet's or ReplicaSet's pod may move when the owner has one replica (its pods
-    share the template's checkpoint folder) and, for a ReplicaSet, when the manager was told
-    that the scheduler's extender is not ignorable: a ReplicaSet makes the new pod as soon as
-    the old one terminates, so only the extender's hold keeps it from running beside the old
-    one while that one saves. A StatefulSet makes it only once the old pod is gone."""
-    replicas = (owner.get("spec") or {}).get("replicas", 1)
-    if replicas != 1:
-        return (f"its {kind} has {replicas} replicas, whose pods share one checkpoint folder; "
-                "only single-replica ones are moved")
-    if kind == "ReplicaSet" and not replicasets:
-        return ("a ReplicaSet (Deployment) starts the new pod as soon as the old one "
-                "terminates; only a non-ignorable extender holds it until the old one has "
-                "saved, so its pods move only with migrate_replicaset_pods (docs/manager.md)")
-    return None
-
-
-#: What the Kubeflow Training Operator does with a replica's Failed pod, by the replica's
-#: restartPolicy (v1.8.1, pkg/controller.v1/common/pod.go ``ReconcilePods``): OnFailure and
-#: Always delete it and recreate the same name; ExitCode does so for an exit code of 128 or
-#: more (SIGTERM's 143: the training contract's exit), and fails the job for any other.
-PYTORCH_RESTARTS = ("OnFailure", "Always", "ExitCode")
-
-
-def _why_not_pytorchjob(job: dict[str, Any]) -> str | None:
-    """A PyTorchJob's pod may move when the job has a single replica (the training operator
-    then recreates the evicted pod under the same name, once the old one is gone, like a
-    StatefulSet) and nothing turns the eviction into the job's failure. On a real node the
-    evicted pod ends Failed (exit 143) before it is removed, and the operator sees it; it
-    counts a terminating pod as a failed replica already (tests/manager/test_kubeflow_plane.py
-    shows a ``Never`` job failed by an eviction)."""
-    spec = job.get("spec") or {}
-    replicas = spec.get("pytorchReplicaSpecs") or {}
-    counts = {rtype: (rs or {}).get("replicas", 1) for rtype, rs in replicas.items()}
-    if not all(isinstance(n, int) for n in counts.values()) or sum(counts.values()) != 1:
-        shape = ", ".join(f"{n} {rtype}" for rtype, n in counts.items()) or "no replicas"
-        return (f"its PyTorchJob has {shape}: its replicas train together (one rendezvous), so "
-                "moving one would stop the others; only single-replica PyTorchJobs are moved")
-    rtype = next(rt for rt, n in counts.items() if n == 1)
-    policy = (replicas[rtype] or {}).get("restartPolicy", "OnFailure")  # the operator's default
-    if policy not in PYTORCH_RESTARTS:
-        return (f"its PyTorchJob's {rtype} has restartPolicy {policy}: the training operator "
-                "fails the whole job as soon as the evicted pod terminates (OnFailure, Always "
-                "and ExitCode recreate it)")
-    limit = (spec.get("runPolicy") or {}).get("backoffLimit")
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
-        return (f"the eviction would fail its PyTorchJob (runPolicy.backoffLimit {limit}: the "
-                "training operator counts the evicted pod's failure as a retry past it)")
-    return None
-
-
-def _why_not_jobset(jobset: dict[str, Any]) -> str | None:
-    """A JobSet's pod moves through its Job (the Job's own rules hold, so the Job does not
-    fail and the JobSet's failurePolicy, which acts only on a failed Job, never restarts the
-    set); the set must run a single pod, since its pods train together."""
-    total = 0
-    for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or ():
-        replicas = (rjob or {}).get("replicas", 1)
-        template = (rjob or {}).get("template") or {}
-        parallelism = (template.get("spec") or {}).get("parallelism", 1)
-        if not isinstance(replicas, int) or not isinstance(parallelism, int):
-            return "its JobSet's replicatedJobs are not plain counts"
-        total += replicas * parallelism
-    if total != 1:
-        return (f"its JobSet runs {total} pods, which train together (moving one would stop "
-                "the others); only single-pod JobSets are moved")
-    return None
-
-
-def with_cpu_limit(spec: dict[str, Any], container: str, cores: float) -> None:
-    """Set ``container``'s CPU limit in a pod spec (in place), and lower its CPU request to it
-    when above (the API refuses a request over the limit)."""
-    for c in spec.get("containers") or ():
-        if c.get("name") != container:
-            continue
-        res = c.setdefault("resources", {})
-        value = millicores(cores)
-        res.setdefault("limits", {})["cpu"] = value
-        req = (res.get("requests") or {}).get("cpu")
-        try:
-            above = req is not None and parse_cpu(req) > cores
-        except ValueError:
-            above = False
-        if above:
-            res["requests"]["cpu"] = value
-
-
-def owner_of(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The pod's controller if it is one the manager may rely on (:data:`OWNERS`) and still
-    the one the pod names (same UID); else None."""
-    ref = controller_ref(pod)
-    if ref is None or ref.get("kind") not in OWNERS:
-        return None
-    obj = kube.get(owner_path(ref["kind"], meta(pod)["namespace"], ref["name"]))
-    if obj is None or meta(obj).get("uid") != ref.get("uid"):
-        return None
-    obj.setdefault("kind", ref["kind"])
-    return obj
-
-
-def parent_of(kube: Kube, owner: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The controller of the pod's owner when its shape decides too (:data:`PARENTS`: a Job's
-    JobSet) and it is still the one the owner names; else None."""
-    ref = controller_ref(owner) if owner is not None else None
-    if owner is None or ref is None or ref.get("kind") not in PARENTS:
-        return None
-    obj = kube.get(owner_path(ref["kind"], meta(owner)["namespace"], ref["name"]))
-    if obj is None or meta(obj).get("uid") != ref.get("uid"):
-        return None
-    obj.setdefault("kind", ref["kind"])
-    return obj
 
 
 def _node_state(node: dict[str, Any] | None) -> str:
@@ -368,65 +129,6 @@ def _node_state(node: dict[str, Any] | None) -> str:
                 return "Ready"
             return f"NotReady ({cond.get('reason') or cond.get('status')})"
     return "of unknown state"
-
-
-def ignores_disruption(policy: Any) -> bool:
-    """Whether a Job's podFailurePolicy ignores pods failed by a disruption (an eviction): a
-    rule ``action: Ignore`` on the condition ``DisruptionTarget`` (status True, the default)."""
-    rules = policy.get("rules") if isinstance(policy, dict) else None
-    for rule in rules if isinstance(rules, list) else ():
-        if not isinstance(rule, dict) or rule.get("action") != "Ignore":
-            continue
-        conds = rule.get("onPodConditions")
-        for cond in conds if isinstance(conds, list) else ():
-            if isinstance(cond, dict) and cond.get("type") == "DisruptionTarget" and (
-                    cond.get("status", "True") == "True"):
-                return True
-    return False
-
-
-def _matches(req: dict[str, Any], value: str | None) -> bool:
-    """One node selector requirement (``key``, ``operator``, ``values``) against the node's
-    value for its key (None: the node has no such label)."""
-    op, values = req.get("operator"), [str(v) for v in req.get("values") or ()]
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
-        try:
-            have, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > bound if op == "Gt" else have < bound
-    return False
-
-
-def fits(spec: dict[str, Any], node: dict[str, Any]) -> bool:
-    """Whether a pod with this spec may go to ``node`` as far as its ``nodeSelector`` and its
-    required node affinity say: the rules of Kubernetes' NodeAffinity filter (terms ORed, a
-    term's requirements ANDed, an empty term matching nothing). Kueue's ResourceFlavors pin
-    admitted pods to their nodes this way. Taints and free resources are the scheduler's."""
-    labels = labels_of(node)
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != value:
-            return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution")
-    if not required:
-        return True
-    fields = {"metadata.name": meta(node).get("name")}
-    for term in required.get("nodeSelectorTerms") or ():
-        exprs = term.get("matchExpressions") or []
-        by_field = term.get("matchFields") or []
-        if (exprs or by_field) and all(_matches(e, labels.get(e.get("key"))) for e in exprs) and (
-                all(_matches(f, fields.get(f.get("key"))) for f in by_field)):
-            return True
-    return False
 
 
 def no_replacement_coming(kind: str, owner: dict[str, Any] | None) -> tuple[str, str] | None:
@@ -443,50 +145,6 @@ def no_replacement_coming(kind: str, owner: dict[str, Any] | None) -> tuple[str,
                              "it preempted or deactivated the Job's Workload); the job resumes "
                              "from its last checkpoint when the Job runs again")
     return None
-
-
-def _pin_term(node: str) -> dict[str, Any]:
-    return {"key": "metadata.name", "operator": "In", "values": [node]}
-
-
-def pinned(spec: dict[str, Any], node: str) -> dict[str, Any]:
-    """A copy of a pod spec that can only be scheduled onto ``node``: a required node-affinity
-    field term, added to every existing term (terms are ORed, a term's parts ANDed). This holds
-    even while the extender is away (``ignorable: true``)."""
-    out = copy.deepcopy(spec)
-    affinity = out.setdefault("affinity", {})
-    node_aff = affinity.setdefault("nodeAffinity", {})
-    required = node_aff.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms = required.get("nodeSelectorTerms") or [{}]
-    for term in terms:
-        term.setdefault("matchFields", []).append(_pin_term(node))
-    required["nodeSelectorTerms"] = terms
-    return out
-
-
-def unpinned(spec: dict[str, Any], node: str) -> dict[str, Any]:
-    """``spec`` without what :func:`pinned` added."""
-    out = copy.deepcopy(spec)
-    affinity = out.get("affinity") or {}
-    node_aff = affinity.get("nodeAffinity") or {}
-    required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = []
-    for term in required.get("nodeSelectorTerms") or ():
-        fields = [f for f in term.get("matchFields") or () if f != _pin_term(node)]
-        term = {k: v for k, v in term.items() if k != "matchFields"}
-        if fields:
-            term["matchFields"] = fields
-        if term:
-            terms.append(term)
-    if terms:
-        required["nodeSelectorTerms"] = terms
-    else:
-        node_aff.pop("requiredDuringSchedulingIgnoredDuringExecution", None)
-    if not node_aff:
-        affinity.pop("nodeAffinity", None)
-    if not affinity:
-        out.pop("affinity", None)
-    return out
 
 
 class MigrationController:
