@@ -81,7 +81,6 @@ def cancel(ctx: PhaseContext, m: Migration, why: str) -> None:
     ctx.metrics.migrations_in_flight.set(len(ctx.migrations))
 
 
-
 def cancel_deleted(ctx: PhaseContext, m: Migration, why: str) -> None:
     """End ``m`` as cancelled because its user deleted the job mid-move (its pod, its owner
     or its replacement): nothing is recreated (a bare pod's replacement that never ran is

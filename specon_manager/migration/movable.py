@@ -4,6 +4,7 @@ terminates, and that the eviction cannot fail."""
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 from specon.wire import LABEL_MIGRATABLE
@@ -160,31 +161,31 @@ def _why_not_jobset(jobset: dict[str, Any]) -> str | None:
                 "the others); only single-pod JobSets are moved")
     return None
 
+
 def owner_of(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:
     """The pod's controller if it is one the manager may rely on (:data:`OWNERS`) and still
     the one the pod names (same UID); else None."""
-    ref = controller_ref(pod)
-    if ref is None or ref.get("kind") not in OWNERS:
-        return None
-    obj = kube.get(owner_path(ref["kind"], meta(pod)["namespace"], ref["name"]))
-    if obj is None or meta(obj).get("uid") != ref.get("uid"):
-        return None
-    obj.setdefault("kind", ref["kind"])
-    return obj
+    return _controller_of(kube, pod, OWNERS)
 
 
 def parent_of(kube: Kube, owner: dict[str, Any] | None) -> dict[str, Any] | None:
     """The controller of the pod's owner when its shape decides too (:data:`PARENTS`: a Job's
     JobSet) and it is still the one the owner names; else None."""
-    ref = controller_ref(owner) if owner is not None else None
-    if owner is None or ref is None or ref.get("kind") not in PARENTS:
-        return None
-    obj = kube.get(owner_path(ref["kind"], meta(owner)["namespace"], ref["name"]))
-    if obj is None or meta(obj).get("uid") != ref.get("uid"):
-        return None
-    obj.setdefault("kind", ref["kind"])
-    return obj
+    return None if owner is None else _controller_of(kube, owner, PARENTS)
 
+
+def _controller_of(kube: Kube, obj: dict[str, Any], kinds: Container[str],
+                   ) -> dict[str, Any] | None:
+    """``obj``'s controller when its kind is one of ``kinds`` and it is still the one ``obj``
+    names (same UID), with its ``kind`` set; else None."""
+    ref = controller_ref(obj)
+    if ref is None or ref.get("kind") not in kinds:
+        return None
+    found = kube.get(owner_path(ref["kind"], meta(obj)["namespace"], ref["name"]))
+    if found is None or meta(found).get("uid") != ref.get("uid"):
+        return None
+    found.setdefault("kind", ref["kind"])
+    return found
 
 
 def ignores_disruption(policy: Any) -> bool:

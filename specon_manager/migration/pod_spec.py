@@ -29,7 +29,6 @@ def with_cpu_limit(spec: dict[str, Any], container: str, cores: float) -> None:
             res["requests"]["cpu"] = value
 
 
-
 def _matches(req: dict[str, Any], value: str | None) -> bool:
     """One node selector requirement (``key``, ``operator``, ``values``) against the node's
     value for its key (None: the node has no such label)."""
@@ -72,7 +71,6 @@ def fits(spec: dict[str, Any], node: dict[str, Any]) -> bool:
                 all(_matches(f, fields.get(f.get("key"))) for f in by_field)):
             return True
     return False
-
 
 
 def _pin_term(node: str) -> dict[str, Any]:
