@@ -22,6 +22,9 @@ from typing import Any
 
 from specon_manager.kube import KubeError, meta, pod_path
 from specon_manager.migration import Migration, MigrationController
+from specon_manager.migration.evict import roll_back
+from specon_manager.migration.place import lift_bare, place_bare
+from specon_manager.migration.recheck import target_unfit
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ def hand_over_gated(controller: MigrationController, wait_s: float,
     for, up to ``wait_s``; ``keep_lease`` is asked before each round (False: another replica
     leads, and it is its work). Returns the replacements left gated (each with a Warning
     event saying how to release it by hand)."""
-    with controller._lock:
+    with controller.lock:
         controller.restore()
         waiting = [m for m in controller.in_flight() if m.kind == "pod" and m.phase == "placing"]
         deadline = clock() + wait_s
@@ -69,12 +72,12 @@ def hand_over_gated(controller: MigrationController, wait_s: float,
                 break
             sleep(0.5)
         for m in waiting:
-            m = controller._migrations.get(m.id, m)
+            m = controller.migrations.get(m.id, m)
             ref = {"apiVersion": "v1", "metadata": {"name": m.replacement,
                                                     "namespace": m.namespace}}
             with contextlib.suppress(KubeError, OSError):  # its uid, when it can be read
                 ref = controller.kube.get(pod_path(m.namespace, m.replacement)) or ref
-            controller._event(
+            controller.event(
                 ref, REASON_LEFT,
                 f"migration {m.id}: the manager stopped while this replacement waited for its "
                 f"source pod {m.pod} to terminate; it stays gated so that the job never runs "
@@ -95,8 +98,7 @@ def _hand_over_one(controller: MigrationController, m: Migration) -> bool:
         if meta(src).get("deletionTimestamp"):
             return False  # the replacement waits for it: never two copies
         # Recorded, but the eviction was never sent: the job keeps running where it is.
-        controller._undo_evicting(m)
-        controller._cancel(m, "the manager stopped before the source was evicted")
+        roll_back(controller, m, "the manager stopped before the source was evicted")
         return True
     controller.state.source_gone(m.key)
     unfit: str | None = None
@@ -104,7 +106,7 @@ def _hand_over_one(controller: MigrationController, m: Migration) -> bool:
     # At most: ungate (then lifted past the deadline) or lift (an unfit target), delete the
     # pinned pod, ungate the copy, see it ungated.
     for _ in range(5):
-        cur = controller._migrations.get(m.id)
+        cur = controller.migrations.get(m.id)
         if cur is None:
             return True  # finished (bound already) or cancelled (its replacement deleted)
         m = cur
@@ -115,13 +117,13 @@ def _hand_over_one(controller: MigrationController, m: Migration) -> bool:
                     _announce(controller, m, rep, unfit)
                 return True
             if m.reserved:
-                unfit = controller._target_unfit(m, rep)
+                unfit = target_unfit(controller, m, rep)
                 if unfit is not None:
                     # Pinned to a node that cannot take it, it would pend for good.
-                    controller._lift_bare(m, rep, controller.clock())
+                    lift_bare(controller, m, rep, controller.clock())
                     continue
             ungated = True
-        controller._place_bare(m, controller.clock())
+        place_bare(controller, m, controller.clock())
     return False
 
 
@@ -129,9 +131,9 @@ def _announce(controller: MigrationController, m: Migration, rep: dict[str, Any]
               unfit: str | None) -> None:
     where = (f"pinned to the reserved target {m.target} by node affinity" if m.reserved else
              f"on any node that fits ({unfit or f'the target {m.target} did not take it'})")
-    controller._event(rep, REASON,
-                      f"migration {m.id}: the manager stopped; this replacement was ungated "
-                      f"for the scheduler to place it, {where}. A manager that starts again "
-                      "finishes the migration from its record")
+    controller.event(rep, REASON,
+                     f"migration {m.id}: the manager stopped; this replacement was ungated "
+                     f"for the scheduler to place it, {where}. A manager that starts again "
+                     "finishes the migration from its record")
     log.info("shutdown: migration %s handed over: %s/%s ungated, %s", m.id, m.namespace,
              m.replacement, where)

@@ -12,6 +12,7 @@ import pytest
 from specon_manager.kube import KubeError, pod_path
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import Migration, MigrationController
+from specon_manager.migration.dispatch import step
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
 
@@ -75,8 +76,8 @@ def run(target: dict[str, Any] | None, m: Migration) -> tuple[MigrationControlle
     ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
                               ManagerSettings(kubernetes=False), ManagerMetrics(),
                               clock=lambda: 1000.0)
-    ctl._migrations[m.id] = m
-    ctl._step(m)
+    ctl.migrations[m.id] = m
+    step(ctl, m)
     return ctl, kube
 
 
@@ -119,8 +120,8 @@ def test_a_replacement_its_user_deleted_ends_the_migration_cancelled_and_is_not_
     metrics = ManagerMetrics()
     ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
                               ManagerSettings(kubernetes=False), metrics, clock=lambda: 1000.0)
-    ctl._migrations[m.id] = m
-    ctl._step(m)
+    ctl.migrations[m.id] = m
+    step(ctl, m)
     assert ctl.in_flight() == [] and ctl.busy_nodes() == set()
     assert not any(op == "create" for op, _ in kube.writes)
     assert metrics.migrations.labels("cancelled")._value.get() == 1
@@ -145,7 +146,7 @@ def test_a_source_going_after_an_eviction_whose_answer_was_lost_is_not_taken_for
                               ManagerSettings(kubernetes=False), ManagerMetrics(),
                               clock=lambda: 1000.0)
     m = evicting()
-    ctl._migrations[m.id] = m
+    ctl.migrations[m.id] = m
     ctl.reconcile()  # the eviction's answer is lost: retried
     assert [x.phase for x in ctl.in_flight()] == ["evicting"]
     ctl.reconcile()

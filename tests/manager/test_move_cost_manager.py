@@ -20,6 +20,7 @@ from specon.wire import Heartbeat
 from specon_manager.kube import KubeError
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import A_MOVE_COST, Migration, MigrationController
+from specon_manager.migration.end import finish
 from specon_manager.planner import MovePlanner
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
@@ -220,12 +221,12 @@ def test_a_replacement_that_never_runs_gives_no_measurement() -> None:
                   replacement="a-m1", requested=clock.now)
     kube.objs[f"{NS}/a-m1"] = bare("a-m1", "node-2")
     kube.objs[f"{NS}/a-m1"]["status"] = {"phase": "Pending"}
-    ctl._finish(m, kube.get(f"{NS}/a-m1"), "")
+    finish(ctl, m, kube.get(f"{NS}/a-m1"), "")
     clock.now += 4000
     ctl.reconcile()
     assert kube.messages("MigrationCostMeasured") == []
     assert metrics.registry.get_sample_value("specon_move_cost_seconds_count") == 0
-    assert ctl._measuring == {}
+    assert ctl.measuring == {}
 
 
 @pytest.mark.parametrize("field", ["requested", "predicted_gain_s", "charged_cost_s"])

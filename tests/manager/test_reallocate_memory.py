@@ -32,7 +32,7 @@ def controller() -> MigrationController:
     m = Migration(id="abcdef123456", namespace="ns", pod="p", pod_uid="u-p", source="w1",
                   target="w2", kind="pod", owner="", owner_uid="", reason="converged",
                   phase="checkpointing", started=0.0, deadline=1e12)
-    ctl._migrations[m.id] = m
+    ctl.migrations[m.id] = m
     return ctl
 
 
