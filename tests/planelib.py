@@ -396,6 +396,21 @@ class Plane:
                 f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout}{res.stderr}")
         return res
 
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Wait for CRDs (``crd/<name>``) to be Established. kubectl's wait fails at once on a
+        CRD created so recently that it has no status yet (``.status.conditions accessor
+        error: <nil>``, seen on a loaded machine): that is retried until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1.0, deadline - time.monotonic())
+            res = self.kubectl("wait", "--for=condition=Established", f"--timeout={left:.0f}s",
+                               *crds, check=False, timeout=left + 30)
+            if res.returncode == 0:
+                return
+            if "accessor error" not in res.stderr or time.monotonic() > deadline:
+                raise PlaneError(f"CRDs not Established: {res.stdout}{res.stderr}")
+            time.sleep(0.5)
+
     def api_client(self, kubeconfig: Path | None = None) -> Any:
         from kubernetes import config as kconfig
 

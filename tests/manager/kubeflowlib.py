@@ -182,8 +182,7 @@ class Kubeflow:
         for crd in CRDS.values():
             self.plane.kubectl("apply", "--server-side", "--force-conflicts", "-f",
                                str(self.bin_dir / "crds" / crd))
-        self.plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                           *[f"crd/{name}" for name in CRDS])
+        self.plane.wait_established(*[f"crd/{name}" for name in CRDS])
 
     def _apply(self, obj: dict[str, Any]) -> None:
         self.plane.kubectl("apply", "-f", "-", input=json.dumps(obj))

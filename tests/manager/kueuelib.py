@@ -173,9 +173,8 @@ class Kueue:
         ]
         self.plane.kubectl("apply", "--server-side", "-f", "-",
                            input=yaml.safe_dump_all(docs), timeout=120)
-        self.plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                           *(f"crd/{d['metadata']['name']}" for d in docs
-                             if d["kind"] == "CustomResourceDefinition"))
+        self.plane.wait_established(*(f"crd/{d['metadata']['name']}" for d in docs
+                                      if d["kind"] == "CustomResourceDefinition"))
         config = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
             "namespace": NAMESPACE,
