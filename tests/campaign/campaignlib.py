@@ -37,7 +37,8 @@ The invariants, checked every tick and at the end (``Violation``):
   then never comes back);
 - no job running twice: never two live (bound, not deleting, not ended) pods of one job;
 - every migrated job resumed from a checkpoint at a step no earlier than the one its agent
-  verified for the migration (and never from a checkpoint the harness corrupted);
+  verified for the migration (and never from a checkpoint the harness corrupted), at the step
+  where it stopped (at its last good save when its SIGTERM save failed on a bad volume);
 - every CPU limit the agents changed is back to its owner's value once the agents leave.
 """
 
@@ -271,6 +272,9 @@ class Job:
     corrupted: set[str] = field(default_factory=set)  # checkpoint names the harness truncated
     moves: int = 0
     deleted: float | None = None  # when its user deleted it (user-delete)
+    #: the step of its newest good checkpoint when it last stopped (its SIGTERM save's, unless
+    #: that failed: a full or read-only volume)
+    stop_saved: int | None = None
     exited_at: float | None = None
     completed_at: float | None = None
 
@@ -622,6 +626,7 @@ class World:
                     cur["status"].get("phase") in TERMINAL):
                 s.sigterm()  # the kubelet's SIGTERM: save at the step boundary, exit 143
                 saved = s.saved() or {}
+                job.stop_saved = saved.get("step")
                 if self._arm_corrupt is not None and self._arm_corrupt[1] == "sigterm" and (
                         saved.get("reason") == "sigterm"):
                     self._corrupt(job, saved["checkpoint"], self._arm_corrupt[0],
@@ -687,8 +692,12 @@ class World:
                             f"checkpoint's step {floor} (request {request})")
         if r.name in job.corrupted:
             raise Violation(f"{job.name}: resumed from the corrupted checkpoint {r.name}")
-        if stopped is not None and r.step != stopped[0] and not job.corrupted:
-            raise Violation(f"{job.name}: stopped at step {stopped[0]}, resumed at {r.step}")
+        # where it stopped; where its last good save was, when the SIGTERM save failed
+        want = stopped[0] if stopped is not None and job.stop_saved in (None, stopped[0]) else (
+            job.stop_saved)
+        if stopped is not None and r.step != want and not job.corrupted:
+            raise Violation(f"{job.name}: stopped at step {stopped[0]} (its last good save: "
+                            f"step {job.stop_saved}), resumed at {r.step}")
         self.log(f"  {job.name} moved to {s.node} ({pod['metadata']['name']}), resumed at "
                  f"step {r.step} (verified {floor})")
 
