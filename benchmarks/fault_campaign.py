@@ -1,12 +1,14 @@
-"""The long form of the fault-injection campaign (issue 15): runs of the campaign in
+"""The long form of the fault-injection campaign (issues 15 and 32): runs of the campaign in
 ``tests/campaign/campaignlib.py`` on a plane of their own, each with its own seed, until at
-least ``--faults`` faults have been injected; prints the table (fault kind, count, recovered,
-time to recover: median and max) and every invariant violation, and writes the records as JSON.
+least ``--faults`` faults have been injected, drawn from every kind (``campaignlib.KINDS``, the
+second round's included); prints the table (fault kind, count, recovered, time to recover:
+median and max) and every invariant violation, and writes the records as JSON.
 
     python benchmarks/fault_campaign.py --faults 200 --per-run 40 --out results/fault-campaign
 
 Needs the test plane's binaries (SPECON_TESTPLANE_BIN, as the test command sets it), dockerd
-and a static busybox (the test command installs both)."""
+and a static busybox (the test command installs both), and root: the jobs' volume is a tmpfs
+the campaign mounts (the volume faults fill it and turn it read-only)."""
 
 from __future__ import annotations
 

@@ -26,13 +26,19 @@ The faults (``KINDS``), each the real thing unless said otherwise:
   before its agent can verify it (or, when no request comes, the newest checkpoint of a job):
   the one fault the real parts cannot produce on demand, injected by the harness;
 - ``heartbeat-storm``: for a few seconds, heartbeats with bad tokens, spoofed node names,
-  oversized bodies and replayed sequence numbers from several threads.
+  oversized bodies and replayed sequence numbers from several threads;
+- the kinds of issue 32 (user deletes mid-migration, the manager removed for good, a full or
+  read-only volume, a slow API server, an agent's clock stepped), with what must hold after
+  each: ``second_round``. For them the jobs' volume is a tmpfs of its own, and the managers and
+  agents reach the API server through a proxy that is not slow until that fault.
 
 The invariants, checked every tick and at the end (``Violation``):
-- no job lost: every job submitted completes all its steps;
+- no job lost: every job submitted completes all its steps (or was deleted by its user, and
+  then never comes back);
 - no job running twice: never two live (bound, not deleting, not ended) pods of one job;
 - every migrated job resumed from a checkpoint at a step no earlier than the one its agent
-  verified for the migration (and never from a checkpoint the harness corrupted);
+  verified for the migration (and never from a checkpoint the harness corrupted), at the step
+  where it stopped (at its last good save when its SIGTERM save failed on a bad volume);
 - every CPU limit the agents changed is back to its owner's value once the agents leave.
 """
 
@@ -60,14 +66,17 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "manager"))  # planemanager
 
+import second_round
 from planelib import Plane, free_port
 from planemanager import REPO, Api, JobStandIn, ManagerProcess, give_container_ids
 
 from specon.quantity import parse_cpu
 
-PLANE_KINDS = ("manager-kill", "lease-split", "apiserver-outage", "etcd-restart", "agent-kill",
-               "node-notready", "corrupt-checkpoint", "heartbeat-storm")
-KINDS = (*PLANE_KINDS, "engine-restart")
+FIRST_ROUND = ("manager-kill", "lease-split", "apiserver-outage", "etcd-restart", "agent-kill",
+               "node-notready", "corrupt-checkpoint", "heartbeat-storm", "engine-restart")
+KINDS = (*FIRST_ROUND, *second_round.KINDS)
+PLANE_KINDS = tuple(k for k in KINDS if k != "engine-restart")
+STEPPED_CLOCK = Path(__file__).resolve().parent / "steppedclock.py"
 SCHED = "specon-campaign"
 TERMINAL = ("Succeeded", "Failed")
 OWNER_LIMIT = "2"  # every training pod's CPU limit as its owner set it
@@ -177,14 +186,18 @@ class Agent:
     """``python -m specon_agent`` for one KWOK node (cluster mode, resize actuator, originals
     file kept across restarts, as on the node's disk)."""
 
-    def __init__(self, plane: Plane, workdir: Path, node: str, token: str, manager_url: str,
-                 shared: Path) -> None:
+    def __init__(self, workdir: Path, node: str, token: str, manager_url: str,
+                 shared: Path, kubeconfig: Path) -> None:
         self.node = node
         (workdir / f"token-{node}").write_text(token)
         self.log = workdir / f"agent-{node}.log"
         self.metrics_port = free_port()
-        self.argv = [sys.executable, "-m", "specon_agent", "--mode", "cluster",
-                     "--node-name", node, "--kubeconfig", str(plane.kubeconfig),
+        #: The seconds its wall clock is off (the clock-step fault writes it; steppedclock.py)
+        self.clock_file = workdir / f"clock-{node}"
+        self.clock_file.write_text("0")
+        self.argv = [sys.executable, str(STEPPED_CLOCK), str(self.clock_file), "-m",
+                     "specon_agent", "--mode", "cluster",
+                     "--node-name", node, "--kubeconfig", str(kubeconfig),
                      "--actuator", "resize", "--node-cpus", "4", "--manager-url", manager_url,
                      "--token-file", str(workdir / f"token-{node}"),
                      "--originals-file", str(workdir / f"state-{node}" / "originals.json"),
@@ -258,6 +271,10 @@ class Job:
     request_steps: dict[str, int] = field(default_factory=dict)
     corrupted: set[str] = field(default_factory=set)  # checkpoint names the harness truncated
     moves: int = 0
+    deleted: float | None = None  # when its user deleted it (user-delete)
+    #: the step of its newest good checkpoint when it last stopped (its SIGTERM save's, unless
+    #: that failed: a full or read-only volume)
+    stop_saved: int | None = None
     exited_at: float | None = None
     completed_at: float | None = None
 
@@ -481,7 +498,9 @@ class World:
         self.log = log
         self.active_jobs, self.job_steps = active_jobs, job_steps
         self.shared = workdir / "shared"
-        self.shared.mkdir(parents=True, exist_ok=True)
+        self.slow: Any = None  # second_round.prepare: the slow proxy and its kubeconfig
+        self.slow_kubeconfig = plane.kubeconfig
+        second_round.prepare(self)
         self.tag = f"fc{uuid.uuid4().hex[:6]}"
         self.nodes = plane.add_nodes(nodes, prefix=self.tag, labels={"specon-test": self.tag})
         self.tokens = {n: uuid.uuid4().hex for n in self.nodes}
@@ -491,6 +510,7 @@ class World:
             self.managers.append(ManagerProcess(
                 plane, workdir / name, {t: n for n, t in self.tokens.items()},
                 identity=f"replica-{name}", lease_namespace=namespace, **LEASE,
+                kubeconfig=self.slow_kubeconfig,
                 scheduler_name=SCHED, alpha=0.01, interval_s=2, heartbeat_interval_s=1,
                 checkpoint_timeout_s=15))
         self.jobs: dict[str, Job] = {}
@@ -516,8 +536,8 @@ class World:
         self.plane.run_scheduler(SCHED, extenders=[{
             "urlPrefix": self.relay.url, "filterVerb": "filter", "prioritizeVerb": "prioritize",
             "weight": 10, "nodeCacheCapable": True, "ignorable": True, "httpTimeout": "2s"}])
-        self.agents = {n: Agent(self.plane, self.workdir, n, self.tokens[n], self.relay.url,
-                                self.shared) for n in self.nodes}
+        self.agents = {n: Agent(self.workdir, n, self.tokens[n], self.relay.url, self.shared,
+                                self.slow_kubeconfig) for n in self.nodes}
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True)
         self._ticker.start()
         if self.engine is not None:
@@ -541,6 +561,7 @@ class World:
             self.plane.stop_scheduler(SCHED)
         if self.engine is not None:
             self.engine.close()
+        second_round.close(self)
         self.api.close()
 
     # -- the kubelet's and the jobs' part, every 0.2 s -----------------------------------------
@@ -567,8 +588,11 @@ class World:
                 if j:
                     by_job.setdefault(j, []).append(p)
             for job in list(self.jobs.values()):
-                self._drive(job, by_job.get(job.name, []))
-            live = sum(1 for j in self.jobs.values() if not j.done)
+                try:
+                    self._drive(job, by_job.get(job.name, []))
+                except OSError as exc:  # from the SDK: a real job would have crashed (exit 1)
+                    raise Violation(f"{job.name}: the SDK raised {exc!r}") from exc
+            live = sum(1 for j in self.jobs.values() if not j.done and j.deleted is None)
             if self.submitting and live < self.active_jobs:
                 self._submit()
 
@@ -589,6 +613,11 @@ class World:
         live = [p["metadata"]["name"] for p in pods if _live(p)]
         if len(live) > 1:
             raise Violation(f"{job.name}: two live pods at once: {live}")
+        if job.deleted is not None and time.monotonic() - job.deleted > 2:
+            back = [p["metadata"]["name"] for p in pods
+                    if not p["metadata"].get("deletionTimestamp")]
+            if back:  # 2 s: the API server's list may lag its own delete a moment
+                raise Violation(f"{job.name}: deleted by its user, and back: {back}")
         if job.done:
             return
         if s.running:
@@ -597,6 +626,7 @@ class World:
                     cur["status"].get("phase") in TERMINAL):
                 s.sigterm()  # the kubelet's SIGTERM: save at the step boundary, exit 143
                 saved = s.saved() or {}
+                job.stop_saved = saved.get("step")
                 if self._arm_corrupt is not None and self._arm_corrupt[1] == "sigterm" and (
                         saved.get("reason") == "sigterm"):
                     self._corrupt(job, saved["checkpoint"], self._arm_corrupt[0],
@@ -620,7 +650,7 @@ class World:
                 job.completed_at = time.monotonic()
                 s.exit_code = 0
             return
-        if s.starts > 0 and s.exit_code is None:
+        if (s.starts > 0 and s.exit_code is None) or job.deleted is not None:
             return
         cur = next((p for p in pods if p["metadata"]["uid"] == s.uid and _live(p)), None)
         if cur is not None:
@@ -662,8 +692,12 @@ class World:
                             f"checkpoint's step {floor} (request {request})")
         if r.name in job.corrupted:
             raise Violation(f"{job.name}: resumed from the corrupted checkpoint {r.name}")
-        if stopped is not None and r.step != stopped[0] and not job.corrupted:
-            raise Violation(f"{job.name}: stopped at step {stopped[0]}, resumed at {r.step}")
+        # where it stopped; where its last good save was, when the SIGTERM save failed
+        want = stopped[0] if stopped is not None and job.stop_saved in (None, stopped[0]) else (
+            job.stop_saved)
+        if stopped is not None and r.step != want and not job.corrupted:
+            raise Violation(f"{job.name}: stopped at step {stopped[0]} (its last good save: "
+                            f"step {job.stop_saved}), resumed at {r.step}")
         self.log(f"  {job.name} moved to {s.node} ({pod['metadata']['name']}), resumed at "
                  f"step {r.step} (verified {floor})")
 
@@ -718,14 +752,29 @@ class World:
 
     # -- faults --------------------------------------------------------------------------------
     def inject(self, kind: str, outage_s: tuple[float, float] = (5, 30)) -> FaultRecord:
+        """Inject one fault, wait for the recovery, then check what must hold after it (the
+        injector's check, if it returns one)."""
         rec = FaultRecord(kind, time.monotonic())
         self.faults.append(rec)
-        getattr(self, "_f_" + kind.replace("-", "_"))(rec, outage_s)
+        fn = second_round.INJECTORS.get(kind) or getattr(self, "_f_" + kind.replace("-", "_"))
+        after = None
+        try:
+            after = fn(self, rec, outage_s) if kind in second_round.INJECTORS else fn(
+                rec, outage_s)
+        except Violation as exc:
+            self.violations.append(str(exc))
+            self.log(f"VIOLATION: {exc}")
         rec.lifted = rec.lifted or time.monotonic()
         rec.recovered = self.wait_healthy(rec.lifted)
         if rec.recovered is None:
             self.violations.append(f"{kind}: not recovered within 120 s ({rec.detail}); "
                                    f"{self.diagnose()}")
+        elif after is not None:
+            try:
+                after()
+            except Violation as exc:
+                self.violations.append(str(exc))
+                self.log(f"VIOLATION: {exc}")
         self.log(f"[{len(self.faults):3d}] {kind:18s} {rec.detail:60s} recovered in "
                  f"{rec.recover_s if rec.recover_s is not None else float('nan'):.1f} s")
         return rec
@@ -893,9 +942,10 @@ class World:
         if self.engine is not None:
             self.engine.finish(self.violations)
         deadline = time.monotonic() + drain_timeout
-        while time.monotonic() < deadline and not all(j.done for j in self.jobs.values()):
+        while time.monotonic() < deadline and not all(
+                j.done or j.deleted is not None for j in self.jobs.values()):
             time.sleep(0.5)
-        lost = [j.name for j in self.jobs.values() if not j.done]
+        lost = [j.name for j in self.jobs.values() if not j.done and j.deleted is None]
         if lost:
             self.violations.append(f"jobs never completed (lost): {lost}; {self.diagnose()}")
 
@@ -915,10 +965,16 @@ def draw(rng: random.Random, n: int, kinds: tuple[str, ...] = KINDS) -> list[str
     return out
 
 
-def run(world: World, n_faults: int, gap_s: tuple[float, float] = (1, 4),
+def run(world: World, faults: int | list[str], gap_s: tuple[float, float] = (1, 4),
         outage_s: tuple[float, float] = (5, 30)) -> None:
+    """``faults``: how many, drawn by :func:`draw`; or which, injected in a random order."""
     world.start()
-    for kind in draw(world.rng, n_faults, world.kinds):
+    if isinstance(faults, int):
+        plan = draw(world.rng, faults, world.kinds)
+    else:
+        plan = [k for k in faults if k in world.kinds]
+        world.rng.shuffle(plan)
+    for kind in plan:
         time.sleep(world.rng.uniform(*gap_s))
         world.inject(kind, outage_s)
     world.finish()

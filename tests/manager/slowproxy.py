@@ -21,6 +21,8 @@ class SlowProxy:
     def __init__(self, upstream: tuple[str, int], delay: tuple[float, float],
                  seed: int = 0) -> None:
         self.upstream = upstream
+        #: Seconds each request is held back, drawn from this range; may be changed while the
+        #: proxy runs ((0, 0): not slow).
         self.delay = delay
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -55,9 +57,13 @@ class SlowProxy:
         while not self._closed.is_set():
             try:
                 client, _ = self._listener.accept()
-                server = socket.create_connection(self.upstream)
             except OSError:
-                return
+                return  # closed
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:  # the API server is down (the campaign stops it): as it would be
+                client.close()
+                continue
             with self._lock:
                 self._sockets += [client, server]
             answered = threading.Event()
