@@ -38,9 +38,10 @@ from docker.models.containers import Container
 
 from specon.core.threads import threads_for_limit
 from specon_agent.actuators.docker import DockerActuator
-from specon_agent.agent import Agent, LoopConfig
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Arrived, DockerDiscovery
+from specon_agent.loop_config import LoopConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 LABEL = {"org.specon.test.kind": "benchmark"}  # its containers are removed in a finally

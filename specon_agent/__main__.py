@@ -20,12 +20,13 @@ from typing import Any
 
 from .actuators import Actuator, ActuatorError, create
 from .actuators.ledger import Ledger
-from .agent import Agent, LoopConfig
+from .agent import Agent
 from .cpu import CpuMeter
 from .discovery import DockerDiscovery, KubeDiscovery
 from .events import LimitEvents, kube_sender
 from .health import serve
 from .link import ManagerLink
+from .loop_config import LoopConfig
 from .metrics import AgentMetrics
 from .settings import AgentSettings, SettingsProblem, load_settings
 

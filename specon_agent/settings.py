@@ -182,7 +182,7 @@ class AgentSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _policy_runs_here(self) -> AgentSettings:
-        from .agent import agent_policy
+        from .loop_config import agent_policy
 
         agent_policy(self.policy)  # ValueError names what is missing
         return self

@@ -12,8 +12,10 @@ import pytest
 from loopdoubles import Actuator, Meter
 
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.agent import Agent
 from specon_agent.discovery import Target
+from specon_agent.followed import FollowedJob
+from specon_agent.loop_config import LoopConfig
 from specon_agent.progress import ProgressSource
 from specon_agent.settings import SettingsProblem, load_settings
 
@@ -22,8 +24,8 @@ LONG, SHORT, NEW = "1" * 64, "2" * 64, "3" * 64
 
 def follow(agent: Agent, meter: Meter, cid: str, total: int | None, now: float = 0.0) -> None:
     meter.ns[cid] = 0
-    agent.jobs[cid] = _Followed(Target(cid=cid, namespace="ns", pod=f"p-{cid}",
-                                       total_steps=total), None, arrived=now, cpu0=0)
+    agent.jobs[cid] = FollowedJob(Target(cid=cid, namespace="ns", pod=f"p-{cid}",
+                                         total_steps=total), None, arrived=now, cpu0=0)
     agent.control.arrive(cid, now, 0)
 
 
@@ -113,9 +115,9 @@ def test_a_jobs_cost_per_step_is_measured_from_its_first_step_not_its_start_up(
     log = tmp_path / "progress.jsonl"
     log.write_text("")
     meter.ns[NEW] = 0
-    agent.jobs[NEW] = job = _Followed(Target(cid=NEW, namespace="ns", pod="p-new",
-                                             total_steps=1000),
-                                      ProgressSource(log, "plain"), arrived=0.0, cpu0=0)
+    agent.jobs[NEW] = job = FollowedJob(Target(cid=NEW, namespace="ns", pod="p-new",
+                                               total_steps=1000),
+                                        ProgressSource(log, "plain"), arrived=0.0, cpu0=0)
     agent.control.arrive(NEW, 0.0, 0)
 
     def steps(*ks: int) -> None:

@@ -11,9 +11,11 @@ from pathlib import Path
 
 from specon.sdk import THREADS_FILE, Checkpointer, Reporter
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target
+from specon_agent.followed import FollowedJob
+from specon_agent.loop_config import LoopConfig
 from specon_agent.threads import write_thread_hint
 
 CID = "d" * 64
@@ -23,7 +25,7 @@ def agent_following(directory: Path | None, node_cpus: float = 8) -> Agent:
     agent = Agent(LoopConfig(node="node-a"), CgroupActuator(node_cpus=node_cpus), CpuMeter())
     target = Target(cid=CID, namespace="ns", pod="train-a", uid="uid-a",
                     checkpoint_dir=directory, migratable=directory is not None)
-    agent.jobs[CID] = _Followed(target, None)
+    agent.jobs[CID] = FollowedJob(target, None)
     return agent
 
 

@@ -19,9 +19,11 @@ import pytest
 from specon.sdk import SAVED_FILE, Checkpointer, Reporter
 from specon.wire import SavedCheckpoint
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target
+from specon_agent.followed import FollowedJob
+from specon_agent.loop_config import LoopConfig
 
 CID = "h" * 64
 SIZE = 512 << 20
@@ -83,7 +85,7 @@ def test_a_large_checkpoint_is_hashed_off_the_loop_and_a_touch_does_not_block_it
                   CgroupActuator(node_cpus=2), CpuMeter())
     target = Target(cid=CID, namespace="ns", pod="train-a", uid="uid-a", checkpoint_dir=folder,
                     file_root=root, migratable=True)
-    agent.jobs[CID] = _Followed(target, None)
+    agent.jobs[CID] = FollowedJob(target, None)
     agent.control.arrive(CID, 0.0, None)
 
     took, reports = timed_reports(agent, time.monotonic() + 120)

@@ -13,9 +13,11 @@ from pathlib import Path
 from specon.sdk import SAVED_FILE, Checkpointer, Reporter
 from specon.wire import CheckpointRequest
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target
+from specon_agent.followed import FollowedJob
+from specon_agent.loop_config import LoopConfig
 
 CID = "c" * 64
 
@@ -25,7 +27,7 @@ def agent_following(directory: Path) -> Agent:
     target = Target(cid=CID, namespace="ns", pod="train-a", uid="uid-a",
                     checkpoint_dir=directory, migratable=True)
     # What arrive() sets up, without a limit write: there is no container behind this ID.
-    agent.jobs[CID] = _Followed(target, None)
+    agent.jobs[CID] = FollowedJob(target, None)
     agent.control.arrive(CID, 0.0, None)
     return agent
 

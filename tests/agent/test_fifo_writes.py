@@ -16,9 +16,11 @@ from pathlib import Path
 from specon.sdk import THREADS_FILE
 from specon.wire import CheckpointRequest
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target
+from specon_agent.followed import FollowedJob
+from specon_agent.loop_config import LoopConfig
 from specon_agent.tail import FileTail
 
 CID = "f" * 64
@@ -44,7 +46,7 @@ def agent_following(root: Path, ckpt: Path) -> Agent:
     agent = Agent(LoopConfig(node="node-a"), CgroupActuator(node_cpus=4), CpuMeter())
     target = Target(cid=CID, namespace="ns", pod="train-a", uid="uid-a", checkpoint_dir=ckpt,
                     file_root=root, migratable=True)
-    agent.jobs[CID] = _Followed(target, None)
+    agent.jobs[CID] = FollowedJob(target, None)
     return agent
 
 

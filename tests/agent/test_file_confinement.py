@@ -18,9 +18,11 @@ import pytest
 from specon.sdk import SAVED_FILE, Checkpointer, Reporter
 from specon.wire import CheckpointRequest
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target
+from specon_agent.followed import FollowedJob
+from specon_agent.loop_config import LoopConfig
 
 CID = "c" * 64
 
@@ -30,7 +32,7 @@ def follow(root: Path, ckpt: Path | None = None, progress: Path | None = None,
     agent = Agent(LoopConfig(node="node-a", **config), CgroupActuator(node_cpus=2), CpuMeter())
     target = Target(cid=CID, namespace="ns", pod="train-a", uid="uid-a", checkpoint_dir=ckpt,
                     progress_path=progress, file_root=root, migratable=True, loss_regex=regex)
-    agent.jobs[CID] = _Followed(target, agent._source(target))
+    agent.jobs[CID] = FollowedJob(target, agent._source(target))
     agent.control.arrive(CID, 0.0, None)
     return agent
 

@@ -20,11 +20,13 @@ import pytest
 from servelib import serve
 
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target
+from specon_agent.followed import FollowedJob
 from specon_agent.health import serve as serve_health
 from specon_agent.link import ManagerLink
+from specon_agent.loop_config import LoopConfig
 from specon_agent.progress import Reading
 from specon_agent.tail import TailStats
 from specon_manager.app import create_app
@@ -96,8 +98,8 @@ def test_a_stalled_loop_fails_healthz_and_sends_no_fresh_heartbeat(tmp_path: Pat
         agent = Agent(LoopConfig(node="node-a", poll_s=0.1, stall_s=STALL_S), Actuator(node_cpus=2),
                       CpuMeter(), link=link)
         source = FaultInjectionStallingSource()
-        agent.jobs[CID] = _Followed(Target(cid=CID, namespace="ns", pod="train-a"),
-                                    source)  # type: ignore[arg-type]
+        agent.jobs[CID] = FollowedJob(Target(cid=CID, namespace="ns", pod="train-a"),
+                                      source)  # type: ignore[arg-type]
         agent.control.arrive(CID, time.time(), None)
         health = serve_health(agent.metrics.registry, agent.watchdog, 0, "127.0.0.1")
         port = health.server_port

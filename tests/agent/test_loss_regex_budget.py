@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target
+from specon_agent.followed import FollowedJob
+from specon_agent.loop_config import LoopConfig
 
 CID = "e" * 64
 #: Backtracks exponentially in the ``regex`` engine too on a run of "a" not followed by the end.
@@ -38,7 +40,7 @@ def test_a_backtracking_loss_regex_cannot_stall_the_loop(tmp_path: Path,
     agent = Agent(LoopConfig(node="node-a"), CgroupActuator(node_cpus=2), CpuMeter())
     target = Target(cid=CID, namespace="ns", pod="train-a", uid="uid-a",
                     progress_path=progress, file_root=root, loss_regex=PATTERN)
-    job = agent.jobs[CID] = _Followed(target, agent._source(target))
+    job = agent.jobs[CID] = FollowedJob(target, agent._source(target))
     agent.control.arrive(CID, 0.0, None)
     assert job.source is not None
     took: list[float] = []

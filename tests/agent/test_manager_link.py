@@ -17,8 +17,9 @@ from servelib import serve
 
 from specon.core.categorize import Category
 from specon.wire import Heartbeat, HeartbeatReply, ReallocationRequest
-from specon_agent.agent import Agent, LoopConfig
+from specon_agent.agent import Agent
 from specon_agent.link import ManagerLink
+from specon_agent.loop_config import LoopConfig
 from specon_agent.metrics import AgentMetrics
 from specon_manager.app import create_app
 from specon_manager.auth import NodeTokens

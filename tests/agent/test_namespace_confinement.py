@@ -25,9 +25,10 @@ from specon.sdk import SAVED_FILE, Checkpointer, Reporter
 from specon.wire import CheckpointRequest, JobReport
 from specon_agent.actuators.base import CpuLimit, LimitChange
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Arrived, pod_targets
+from specon_agent.loop_config import LoopConfig
 from specon_agent.safefs import ConfinementError
 from specon_agent.tenancy import pod_path
 

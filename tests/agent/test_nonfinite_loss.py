@@ -15,8 +15,9 @@ from loopdoubles import Actuator, Meter
 from specon.core.categorize import Category
 from specon.defaults import NO_VALID_LOSS_INTERVALS
 from specon.sdk.progress import Reporter
-from specon_agent.agent import Agent, LoopConfig
+from specon_agent.agent import Agent
 from specon_agent.discovery import Arrived, Target
+from specon_agent.loop_config import LoopConfig
 
 BAD, GOOD = "b" * 64, "g" * 64
 INTERVAL = 60.0

@@ -15,9 +15,11 @@ from specon.core.urgency import qos_limits
 from specon.qos_annotations import QosSpec, parse_timestamp
 from specon.sdk import Checkpointer, Reporter
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig, _Followed
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target, pod_targets, read_qos
+from specon_agent.followed import FollowedJob
+from specon_agent.loop_config import LoopConfig
 from specon_agent.qos_tracker import JobQos
 
 T0 = 1_800_000_000.0
@@ -135,7 +137,7 @@ def test_agent_reports_predictions_and_stops_a_job_at_its_target(tmp_path):
     spec = QosSpec(target_loss=0.2, deadline_s=3600.0, stop_at_target=True)
     target = Target(cid=cid, namespace="ns", pod="p", checkpoint_dir=tmp_path, qos=spec,
                     created=T0)
-    agent.jobs[cid] = _Followed(target, None, qos=JobQos(spec, T0, window_s=10))
+    agent.jobs[cid] = FollowedJob(target, None, qos=JobQos(spec, T0, window_s=10))
     agent.control.arrive(cid, T0, None)
     q = agent.jobs[cid].qos
     assert q is not None

@@ -104,7 +104,7 @@ def test_defaults_are_the_shipped_parameters(plane_bin: Path, home: Path) -> Non
 
 def test_the_policy_is_chosen_by_name_and_the_agents_follow_the_manager(
         plane_bin: Path, home: Path) -> None:
-    from specon_agent.agent import agent_policy
+    from specon_agent.loop_config import agent_policy
     from specon_manager.settings import ManagerSettings
 
     objs = docs(render(plane_bin, home, {"manager.policy": "paper"}))

@@ -22,9 +22,10 @@ from docker.models.containers import Container
 from dockerlib import LABEL
 
 from specon_agent.actuators.cgroup import CgroupActuator
-from specon_agent.agent import Agent, LoopConfig
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Arrived, DockerDiscovery
+from specon_agent.loop_config import LoopConfig
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -17,9 +17,10 @@ from dockerlib import LABEL, ROOT
 
 from specon.sdk import THREADS_FILE
 from specon_agent.actuators.docker import DockerActuator
-from specon_agent.agent import Agent, LoopConfig
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Arrived, DockerDiscovery
+from specon_agent.loop_config import LoopConfig
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -13,10 +13,11 @@ from planemanager import wait_for
 from test_resize_plane import actuator, pod, running
 
 from specon_agent.__main__ import build
-from specon_agent.agent import Agent, LoopConfig
+from specon_agent.agent import Agent
 from specon_agent.cpu import CpuMeter
 from specon_agent.discovery import Target
 from specon_agent.events import CONTROLLER, LimitEvents, LimitNote, kube_sender
+from specon_agent.loop_config import LoopConfig
 from specon_agent.settings import AgentSettings
 
 pytestmark = pytest.mark.plane

@@ -17,7 +17,7 @@ from specon.core.scoring import Weights
 from specon.core.shares import by_priority
 from specon.sim import engine
 from specon.sim.model import SimConfig
-from specon_agent.agent import agent_policy
+from specon_agent.loop_config import agent_policy
 
 
 @pytest.fixture
