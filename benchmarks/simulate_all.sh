@@ -2,7 +2,7 @@
 # Regenerates every simulator figure quoted in the README and docs/results.md, from the
 # shipped profiles: each built-in experiment (10 seeds), the random-workload suite (every
 # policy), the ablations and the robustness run. Writes results/ (git-ignored) and
-# docs/results/*.txt; about 10 minutes on 2 cores.
+# docs/results/*.txt; about 25 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=${SPECON:-specon}
@@ -27,3 +27,9 @@ $PY benchmarks/suite.py --workloads 30 --seeds 3 --policies default,progress,ora
   --cost-error 0.3 --unknown-total-share 0.3 --out docs/results/suite-robustness.json \
   | tee docs/results/suite-robustness.txt
 $PY benchmarks/ablation.py --workloads 30 --seeds 2 | tee docs/results/ablation.txt
+$PY benchmarks/suite.py --family widened --workloads 12 --seeds 3 \
+  --policies default,progress,paper,oracle --out docs/results/suite-widened.json \
+  | tee docs/results/suite-widened.txt
+$PY benchmarks/suite.py --family widened --workloads 12 --seeds 3 --noise standard \
+  --policies default,progress,paper,oracle --out docs/results/suite-widened-noisy.json \
+  | tee docs/results/suite-widened-noisy.txt
