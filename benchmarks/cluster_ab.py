@@ -62,6 +62,7 @@ from test_e2e import (  # noqa: E402
     example,
     helm,
     install_args,
+    save_logs,
     shared_volumes,
 )
 
@@ -188,6 +189,8 @@ class Bench:
                 time.sleep(1.0)
         finally:
             if specon:
+                # the manager's and agents' logs, beside the nodes' (save_logs: <pod>.log)
+                save_logs(self.cluster)
                 helm(self.cluster, self.helm_home, "uninstall", RELEASE, "--namespace", SYSTEM,
                      "--wait", "--timeout", "3m")
             # the pods gone too before the next arm starts (none left computing)
@@ -196,7 +199,8 @@ class Bench:
         for o in out.values():
             o["records"] = records(self.shared / self.ns / "jobs" / o["name"] / "progress.jsonl")
         say(f"repeat {repeat}, arm {arm}: done in {time.time() - t0:.0f} s")
-        return {"arm": arm, "repeat": repeat, "started": t0, "jobs": list(out.values())}
+        return {"arm": arm, "repeat": repeat, "started": t0, "jobs": list(out.values()),
+                "logs": str(self.cluster.workdir)}
 
     def _poll(self, out: dict[str, dict[str, Any]]) -> None:
         by_name = {o["name"]: o for o in out.values()}
