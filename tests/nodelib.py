@@ -168,6 +168,20 @@ class CgroupTree:
         runtime.mkdir(exist_ok=True)
         return f"/{self.name}/{node}", runtime / "cgroup.procs"
 
+    def cap_cpu(self, node: str, cores: float) -> None:
+        """Cap ``node``'s kubelet root at ``cores`` CPUs (CFS quota per 100 ms period): the node
+        then runs no faster than a machine of that many cores, whatever this host has. On cgroup
+        v1 the kernel refuses a child a quota above its parent's (EINVAL), so a pod's CPU
+        limit on such a node must not exceed the cap."""
+        quota = max(1000, round(cores * 100_000))
+        h = hierarchies()
+        if v2_only():
+            (h[""] / self.name / node / "cpu.max").write_text(f"{quota} 100000")
+            return
+        cpu = next(m for c, m in h.items() if "cpu" in c.split(","))
+        (cpu / self.name / node / "cpu.cfs_period_us").write_text("100000")
+        (cpu / self.name / node / "cpu.cfs_quota_us").write_text(str(quota))
+
     def kubepods_binds(self, node: str) -> list[tuple[Path, Path]]:
         """What makes ``node`` look like a machine of its own to the chart's DaemonSet: in the
         node's mount namespace, its kubelet's pods subtree (``/name/node/kubepods``) is bound at
@@ -490,6 +504,8 @@ class RealNode:
     workdir: Path
     net: NodeNetwork
     cgroup_root: str = ""
+    #: CPUs the node may use (None: the host's): its cgroup's cap, and its kubelet's allocatable
+    cpu_cap: float | None = None
     components: dict[str, Component] = field(default_factory=dict)
     slot: Path | None = None
     _slot_lock: IO[str] | None = None
@@ -531,6 +547,8 @@ class RealNode:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         self.cgroup_root, self._runtime_procs = tree.create_node(self.name)
+        if self.cpu_cap is not None:
+            tree.cap_cpu(self.name, self.cpu_cap)
         self.slot, self._slot_lock = _lock_slot("containerd")
         for d in ("run-containerd", "var-log-pods", "cni-conf", "cni-ipam", "kubelet",
                   "sysctl"):
@@ -649,6 +667,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "syncFrequency": "10s",
             "shutdownGracePeriod": "0s",
         }
+        if self.cpu_cap is not None:
+            # allocatable = the cap: the scheduler sees the node as the machine it stands for
+            host_m = 1000 * (os.cpu_count() or 1)
+            cfg["systemReserved"] = {"cpu": f"{max(0, host_m - round(self.cpu_cap * 1000))}m"}
         cfg_path = self.workdir / "kubelet.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg))
         argv = self.enter(
@@ -722,7 +744,9 @@ class RealCluster:
 
     @classmethod
     def start(cls, bin_dir: Path, workdir: Path, images: Sequence[str], count: int = 2,
-              prefix: str = "real") -> RealCluster:
+              prefix: str = "real", cpu_caps: Sequence[float] | None = None) -> RealCluster:
+        """``cpu_caps``: one cap per node (CgroupTree.cap_cpu; the kubelet reserves the rest
+        of the host's CPUs, so that the node's allocatable is its cap), or None: uncapped."""
         problems = missing_requirements()
         if problems:
             raise NodeError("cannot run real nodes here: " + "; ".join(problems))
@@ -731,7 +755,10 @@ class RealCluster:
         tree = CgroupTree(f"specon-nodes-{net.octet}")
         plane = Plane(bin_dir=bin_dir, workdir=workdir / "plane", address=net.host_ip,
                       real_nodes=True)
-        nodes = [RealNode(f"{prefix}-{i}", i, workdir / f"{prefix}-{i}", net)
+        if cpu_caps is not None and len(cpu_caps) != count:
+            raise NodeError(f"{len(cpu_caps)} CPU caps for {count} nodes")
+        nodes = [RealNode(f"{prefix}-{i}", i, workdir / f"{prefix}-{i}", net,
+                          cpu_cap=cpu_caps[i - 1] if cpu_caps is not None else None)
                  for i in range(1, count + 1)]
         cluster = cls(plane, net, tree, nodes, bin_dir, workdir)
         try:

@@ -9,16 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from imagelib import docker_build, image_context
-from nodehelp import APP_VERSION, REGISTRY
-from nodelib import (
-    IMAGE_LABEL,
-    NodeError,
-    RealCluster,
-    build_system_images,
-    missing_requirements,
-)
-from planelib import REPO, require_bin_dir
+from nodehelp import build_node_images
+from nodelib import NodeError, RealCluster, missing_requirements
+from planelib import require_bin_dir
 
 _CLUSTERS: list[RealCluster] = []
 
@@ -39,22 +32,11 @@ def node_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         _skip_or_fail("real nodes skipped on request")
     if os.environ.get("SPECON_SKIP_DOCKER") == "1":
         _skip_or_fail("SPECON_SKIP_DOCKER=1: the nodes' images are built on the Docker Engine")
-    bin_dir = require_bin_dir()
-    base = os.environ.get("SPECON_BASE_IMAGE") or (
-        "specon-base:" + (REPO / "hack/images/base-tag").read_text().strip())
-    work = tmp_path_factory.mktemp("node-images")
     try:
-        images = build_system_images(bin_dir, base, work)
+        return build_node_images(require_bin_dir(), tmp_path_factory.mktemp("node-images"))
     except NodeError as exc:
         _skip_or_fail(str(exc))
-    ctx = image_context(work / "context")
-    for role, dockerfile in (("manager", "Dockerfile.manager"), ("agent", "Dockerfile.agent"),
-                             ("examples", "Dockerfile.examples")):
-        tag = f"{REGISTRY}/specon/{role}:{APP_VERSION}"
-        docker_build(ctx, dockerfile, tag, base, IMAGE_LABEL)
-        images[role] = tag
-    images["base"] = base
-    return images
+        raise
 
 
 @pytest.fixture(scope="session")

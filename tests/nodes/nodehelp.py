@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nodelib import RealCluster
+from imagelib import docker_build, image_context
+from nodelib import IMAGE_LABEL, RealCluster, build_system_images
+from planelib import REPO
 
 from specon_agent.actuators.cgroup import CgroupActuator, cpu_cgroup_root
 
@@ -17,6 +20,23 @@ T = TypeVar("T")
 APP_VERSION = "0.1.0"
 #: The registry the tests' images are named under (the user's own registry in the guide).
 REGISTRY = "specon.test"
+
+
+def build_node_images(bin_dir: Path, work: Path) -> dict[str, str]:
+    """Every image the cluster runs, by role: pause and kube-scheduler from the plane's
+    binaries, manager, agent and examples from the repository's Dockerfiles, and the base
+    (``$SPECON_BASE_IMAGE``, else hack/images/base-tag's). Raises NodeError."""
+    base = os.environ.get("SPECON_BASE_IMAGE") or (
+        "specon-base:" + (REPO / "hack/images/base-tag").read_text().strip())
+    images = build_system_images(bin_dir, base, work)
+    ctx = image_context(work / "context")
+    for role, dockerfile in (("manager", "Dockerfile.manager"), ("agent", "Dockerfile.agent"),
+                             ("examples", "Dockerfile.examples")):
+        tag = f"{REGISTRY}/specon/{role}:{APP_VERSION}"
+        docker_build(ctx, dockerfile, tag, base, IMAGE_LABEL)
+        images[role] = tag
+    images["base"] = base
+    return images
 
 
 def get(cluster: RealCluster, *args: str) -> Any:
