@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specon.quantity import parse_cpu
+
 from .actuators import Actuator, ActuatorError, create
 from .actuators.ledger import Ledger
 from .agent import Agent
@@ -47,6 +49,23 @@ def _docker_client(settings: AgentSettings) -> Any:
     except Exception as exc:
         raise StartupError(f"no Docker Engine answers ({exc}); set --docker-host") from None
     return client
+
+
+def node_allocatable_cpus(core: Any, node_name: str) -> float | None:
+    """The CPUs the node offers its pods (its ``status.allocatable.cpu``): what a limit may
+    reach there. ``os.cpu_count()`` counts the host's CPUs, more than a node whose kubelet
+    reserves some (or a node capped below its host) lets pods use; a limit above the pods'
+    parent quota is refused by the kernel. None when it cannot be read (no RBAC to get the
+    node, the API server away): the caller falls back to the CPUs it sees."""
+    try:
+        node = core.read_node(node_name)
+        raw = (node.status.allocatable or {}).get("cpu") if node.status else None
+        cpus = parse_cpu(raw) if raw is not None else None
+    except Exception as exc:  # an RBAC refusal, a bad quantity, the API server away
+        log.warning("node %s: its allocatable CPUs could not be read (%s); using the CPUs "
+                    "this agent sees", node_name, exc)
+        return None
+    return cpus if cpus is not None and cpus > 0 else None
 
 
 def _actuator(settings: AgentSettings, client: Any) -> Actuator:
@@ -154,6 +173,12 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
     metrics = metrics or AgentMetrics()
     needs_docker = settings.mode == "standalone" or settings.actuator == "docker"
     client = _docker_client(settings) if needs_docker else None
+    core = _kube_api(settings) if settings.mode != "standalone" else None
+    if core is not None and settings.node_cpus is None:
+        allocatable = node_allocatable_cpus(core, settings.node_name)
+        if allocatable is not None:
+            seen = float(os.cpu_count() or 1)
+            settings = settings.model_copy(update={"node_cpus": min(seen, allocatable)})
     actuator = _actuator(settings, client)
     if settings.originals_file is not None:
         _restore_recorded(actuator, settings.originals_file, metrics)
@@ -167,7 +192,7 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
     if settings.mode == "standalone":  # no Kubernetes: no Events
         discovery = DockerDiscovery(client, settings.label, on_error=count)
     else:
-        core = _kube_api(settings)
+        assert core is not None
         discovery = KubeDiscovery(core, settings.node_name, settings.label,
                                   settings.pod_log_root, settings.progress_root, on_error=count,
                                   scheduler_name=settings.scheduler_name)

@@ -82,7 +82,9 @@ class AgentSettings(BaseSettings):
         default_factory=lambda: os.environ.get("NODE_NAME") or socket.gethostname(),
         min_length=1, description="this node's name (default: $NODE_NAME or the host name)")
     actuator: str = Field("docker", description="how limits are written: docker, cgroup, resize")
-    node_cpus: float | None = Field(None, gt=0, description="CPUs of the node (default: detected)")
+    node_cpus: float | None = Field(
+        None, gt=0, description="CPUs of the node (default: the smaller of the CPUs seen and, "
+        "in cluster mode, the Node's allocatable CPUs)")
     cgroup_root: Path | None = Field(
         None, description="root of the cpu cgroup hierarchy (default: from /proc/self/mountinfo)")
     cpu_period_us: int = Field(100_000, ge=1_000, le=1_000_000, description="CFS period")
