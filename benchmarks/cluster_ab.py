@@ -57,12 +57,12 @@ from nodehelp import get, pods, running_container_id  # noqa: E402
 from nodelib import RealCluster  # noqa: E402
 from test_e2e import (  # noqa: E402
     RELEASE,
-    STORAGE_CLASS,
     SYSTEM,
     example,
     helm,
     install_args,
     save_logs,
+    shared_volume_name,
     shared_volumes,
 )
 
@@ -149,7 +149,7 @@ class Bench:
         self.k("apply", "-n", self.ns, "-f", "-", input=yaml.safe_dump(claim))
 
     def _volumes(self) -> None:
-        pv = f"{STORAGE_CLASS}-release"
+        pv = shared_volume_name("release", self.ns)
         phase = self.k("get", "pv", pv, "-o", "jsonpath={.status.phase}", check=False).stdout
         if phase in ("Released", "Failed"):  # its claim was deleted: bind a fresh one
             self.k("delete", "pv", pv, "--wait")
@@ -251,6 +251,9 @@ class Bench:
 
     def close(self) -> None:
         self.k("delete", "namespace", self.ns, "--wait=false", check=False)
+        for who in ("release", "training"):  # the cluster as found: its volumes go too
+            self.k("delete", "pv", shared_volume_name(who, self.ns), "--wait=false",
+                   "--ignore-not-found", check=False)
 
 
 def benchmark(cluster: RealCluster, images: dict[str, str], jobs: Sequence[Job], repeats: int,

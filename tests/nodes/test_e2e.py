@@ -108,6 +108,13 @@ def cpu_bound(job: dict[str, Any], name: str) -> dict[str, Any]:
     return job
 
 
+def shared_volume_name(who: str, training_ns: str) -> str:
+    """A shared PersistentVolume's name, by the training namespace it serves: the session's
+    nodes run the e2e and the benchmark's short form, each with its own folder, and a volume's
+    source cannot change once it exists."""
+    return f"{STORAGE_CLASS}-{who}-{training_ns}"
+
+
 def shared_volumes(cluster: RealCluster, path: Path, training_ns: str) -> None:
     """Two PersistentVolumes on one host folder, standing in for one NFS export: one for the
     release's claim on its root, one for the training namespace's claim on the namespace's
@@ -115,7 +122,7 @@ def shared_volumes(cluster: RealCluster, path: Path, training_ns: str) -> None:
     annotations beneath <root>/<namespace>/."""
     (path / training_ns).mkdir(parents=True, exist_ok=True)
     docs = [{"apiVersion": "v1", "kind": "PersistentVolume",
-             "metadata": {"name": f"{STORAGE_CLASS}-{who}"},
+             "metadata": {"name": shared_volume_name(who, training_ns)},
              "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteMany"],
                       "storageClassName": STORAGE_CLASS,
                       "persistentVolumeReclaimPolicy": "Retain",
