@@ -256,10 +256,12 @@ def least_loaded(nodes: Sequence[NodeLoad], k: int = CANDIDATES) -> list[NodeLoa
 OWN_TIME_BOUND = 1.5
 #: Besides the CANDIDATES least loaded, the nodes where the job runs fastest are compared.
 FASTEST = 4
+#: Placements within this share of the least added are taken as equal (then: least backlog).
+TOLERANCE = 0.01
 
 
 def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
-                tolerance: float = 0.01) -> str | None:
+                tolerance: float = TOLERANCE) -> str | None:
     """The node where the new job adds the least to the predicted sum of times to finish,
     among those where its own predicted time is within OWN_TIME_BOUND of its best; among
     nodes within ``tolerance`` of the least (the model sees no cost in sharing a node whose
@@ -268,17 +270,29 @@ def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIG
     the job are compared."""
     if not nodes:
         return None
+    return _choose(*_compare(nodes, job, weights), tolerance)
+
+
+def _compare(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights
+             ) -> tuple[list[NodeLoad], dict[str, float], dict[str, float]]:
+    """The candidates for a new job (the CANDIDATES least loaded and the FASTEST for it), what
+    it adds to each one's predicted sum of times to finish, and its own predicted time there."""
     picked = {n.name: n for n in least_loaded(nodes)}
     if FASTEST and len(nodes) > len(picked):
         fastest = sorted(nodes, key=lambda n: (-_top_rate(job, n), *load_key(
             sum(j.work for j in n.jobs), n.capacity, n.name)))[:FASTEST]
         picked.update((n.name, n) for n in fastest)
-    nodes = list(picked.values())
     delta, own = {}, {}
-    for n in nodes:
+    for n in picked.values():
         times = predicted_times(n, job, weights)
         delta[n.name] = sum(times.values()) - predicted_sum(n, None, weights)
         own[n.name] = times[job.name]
+    return list(picked.values()), delta, own
+
+
+def _choose(nodes: list[NodeLoad], delta: dict[str, float], own: dict[str, float],
+            tolerance: float) -> str:
+    """:func:`choose_node`'s pick among :func:`_compare`'s candidates."""
     bound = OWN_TIME_BOUND * min(own.values())
     nodes = [n for n in nodes if own[n.name] <= bound * (1 + 1e-9)]
     least = min(delta[n.name] for n in nodes)
@@ -400,11 +414,11 @@ def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights =
     """Scheduler priorities 1..max_score for placing ``job``: the node :func:`choose_node` picks
     gets max_score, the others fall linearly with what the job would add to their predicted
     sum of completion times (only the CANDIDATES least loaded are modelled; the rest get 1)."""
-    best = choose_node(nodes, job, weights)
-    if best is None:
+    if not nodes:
         return {}
-    modelled = least_loaded(nodes)
-    delta = {n.name: placement_delta(n, job, weights) for n in modelled}
+    candidates, added, own = _compare(nodes, job, weights)
+    best = _choose(candidates, added, own, TOLERANCE)
+    delta = {n.name: added[n.name] for n in least_loaded(nodes)}  # the same predictions
     lo, hi = min(delta.values()), max(delta.values())
     out = dict.fromkeys((n.name for n in nodes), 1)
     for name, d in delta.items():
