@@ -47,7 +47,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "nodes"),
 
 import yaml  # noqa: E402
 from cluster_ab_report import (  # noqa: E402
-    PROFILES,
     aggregate,
     markdown,
     predict,
@@ -61,10 +60,13 @@ from test_e2e import (  # noqa: E402
     example,
     helm,
     install_args,
+    progress_records,
     save_logs,
     shared_volume_name,
     shared_volumes,
 )
+
+from specon.sim.experiments import shipped_profiles  # noqa: E402
 
 #: (model, its shipped profile), in the order jobs take them.
 MIX = (("cnn", "cnn-synthetic"), ("mlp", "mlp-digits"), ("vae", "vae-digits"),
@@ -87,11 +89,16 @@ class Job:
     submit_s: float
 
 
+def seconds_per_iteration(profile: str) -> float:
+    """One core's seconds per iteration of a shipped profile."""
+    return shipped_profiles()[profile].cpu_seconds_per_iteration
+
+
 def make_jobs(n: int, gap_s: float, scale: float) -> list[Job]:
     out = []
     for i in range(n):
         model, profile = MIX[i % len(MIX)]
-        per_it = json.loads((PROFILES / f"{profile}.json").read_text())["cpu_seconds_per_iteration"]
+        per_it = seconds_per_iteration(profile)
         its = max(10, round(LENGTHS_S[i % len(LENGTHS_S)] * scale / per_it))
         out.append(Job(f"j{i + 1}-{model}", model, profile, its, i * gap_s))
     return out
@@ -121,16 +128,6 @@ def manifest(name: str, model: str, iterations: int, namespace: str, specon: boo
     c["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"},
                       "limits": {"memory": "1Gi"}}
     return job
-
-
-def records(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text().splitlines() if path.exists() else ():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line being written
-    return out
 
 
 class Bench:
@@ -197,7 +194,8 @@ class Bench:
             self.k("delete", "jobs", "-n", self.ns, "--all", "--cascade=foreground",
                    "--timeout=180s", check=False)
         for o in out.values():
-            o["records"] = records(self.shared / self.ns / "jobs" / o["name"] / "progress.jsonl")
+            folder = self.shared / self.ns / "jobs" / o["name"]
+            o["records"] = progress_records(folder / "progress.jsonl")
         say(f"repeat {repeat}, arm {arm}: done in {time.time() - t0:.0f} s")
         return {"arm": arm, "repeat": repeat, "started": t0, "jobs": list(out.values()),
                 "logs": str(self.cluster.workdir)}
@@ -234,8 +232,7 @@ class Bench:
         cores = min(1.0, self.caps[node])
         out: dict[str, float] = {}
         for model, profile in sorted({(j.model, j.profile) for j in jobs}):
-            per_it = json.loads((PROFILES / f"{profile}.json").read_text())[
-                "cpu_seconds_per_iteration"]
+            per_it = seconds_per_iteration(profile)
             probe = Job(f"cal-{model}", model, profile, max(20, round(seconds / per_it)), 0.0)
             run = self.run_arm("none", 0, [probe], timeout_s=20 * seconds + 300, node=node)
             pts = sorted((r["step"], r["time"]) for r in run["jobs"][0]["records"]
@@ -264,15 +261,13 @@ def benchmark(cluster: RealCluster, images: dict[str, str], jobs: Sequence[Job],
     out_dir.mkdir(parents=True, exist_ok=True)
     bench = Bench(cluster, images, caps, out_dir)
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    work = sum(j.iterations * json.loads((PROFILES / f"{j.profile}.json").read_text())[
-        "cpu_seconds_per_iteration"] for j in jobs)
+    work = sum(j.iterations * seconds_per_iteration(j.profile) for j in jobs)
     timeout = arm_timeout_s or 4 * work / sum(caps.values()) + 600
     try:
         if calibrate_s > 0:
             calibration, source = bench.calibrate(jobs, calibrate_s), "measured on these nodes"
         else:
-            calibration = {j.model: json.loads((PROFILES / f"{j.profile}.json").read_text())[
-                "cpu_seconds_per_iteration"] for j in jobs}
+            calibration = {j.model: seconds_per_iteration(j.profile) for j in jobs}
             source = "the shipped profiles (not measured on these nodes)"
         raw = []
         for rep in range(1, repeats + 1):
