@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specon.sim.engine import smoothed
+from specon.sim.milestones import smoothed
 from specon.sim.model import SimConfig
 from specon.sim.runner import Stat, run_one
 from specon.workload.load import parse_workload

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specon.core.predict import fit_curve
-from specon.sim.engine import milestone_iteration, smoothed
 from specon.sim.experiments import shipped_profiles
+from specon.sim.milestones import milestone_iteration, smoothed
 
 FRACTIONS = (0.10, 0.25, 0.50)
 LEVELS = (0.25, 0.60, 0.90)

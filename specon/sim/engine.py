@@ -45,6 +45,7 @@ from specon.core.urgency import (
     urgency,
 )
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
+from specon.sim.milestones import milestone_iteration, ninety_iteration
 from specon.sim.model import JobResult, RunResult, SimConfig
 from specon.sim.noise import noisy_log
 from specon.workload.models import JobSpec, Profile, Workload
@@ -53,33 +54,6 @@ ARRIVE, FINISH, FLOW_TICK, TICK, MIGRATED = range(5)
 #: Where a job that stops at its target is expected to stop before its curve can be fitted
 #: (as a share of its declared steps: most of a loss's fall comes early, docs/mission).
 TARGET_PRIOR = 0.3
-
-
-def smoothed(loss: Sequence[float], window: int = 5) -> list[float]:
-    """Running median of the logged loss (what 'reached' means for noisy curves)."""
-    out: list[float] = []
-    half = window // 2
-    for i in range(len(loss)):
-        seg = sorted(loss[max(0, i - half) : i + half + 1])
-        out.append(seg[len(seg) // 2])
-    return out
-
-
-def milestone_iteration(profile: Profile, level: float) -> float | None:
-    """The iteration at which the smoothed loss first reaches ``level`` (None: never)."""
-    sm = smoothed(profile.loss)
-    n = len(sm)
-    for k, v in enumerate(sm):
-        if v <= level:
-            return (k + 1) * profile.iterations / n
-    return None
-
-
-def ninety_iteration(profile: Profile) -> float:
-    sm = smoothed(profile.loss)
-    first, low = sm[0], min(sm)
-    it = milestone_iteration(profile, first - 0.9 * (first - low))
-    return it if it is not None else float(profile.iterations)
 
 
 class _Job:

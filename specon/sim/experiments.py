@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specon.sim.milestones import milestone_iteration, smoothed
 from specon.workload.load import parse_workload
 from specon.workload.models import Profile, Workload
 
@@ -253,8 +254,6 @@ def targets_short(seed: int) -> Workload:
     The target is the loss level of 85-97% of the job's total reduction; the budget is
     1.5-4x the time the job needs alone to reach it. Jobs stop at their target (DQoES).
     """
-    from specon.sim.engine import milestone_iteration, smoothed
-
     def target(rng: random.Random, prof: Profile) -> dict[str, Any]:
         sm = smoothed(prof.loss)
         level = sm[0] - rng.uniform(0.85, 0.97) * (sm[0] - min(sm))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specon.sim.milestones import milestone_iteration, smoothed
 from specon.workload.load import parse_workload
 from specon.workload.models import FORMAT, Profile, Workload
 
@@ -83,8 +84,6 @@ def _arrivals(rng: random.Random, kind: str, n: int, window: float) -> list[floa
 
 def _milestone(profile: Profile, fraction: float) -> tuple[float, float]:
     """(loss level, iteration) at ``fraction`` of the smoothed curve's total reduction."""
-    from specon.sim.engine import milestone_iteration, smoothed
-
     sm = smoothed(profile.loss)
     level = sm[0] - fraction * (sm[0] - min(sm))
     return level, milestone_iteration(profile, level) or float(profile.iterations)

@@ -26,7 +26,7 @@ The per-job figures are that bound's shares (their sum is the bound); only the a
 completion is a bound on a sum, so the makespan and the percentiles are left blank.
 
 **Time to 90%.** A job reaches 90% of its loss reduction at the iteration where its smoothed
-loss first gets there (:func:`specon.sim.engine.ninety_iteration`), and no schedule runs it
+loss first gets there (:func:`specon.sim.milestones.ninety_iteration`), and no schedule runs it
 faster than its top speed on the best worker, alone: ``submit + that iteration / top`` is a
 lower bound on each job's time to 90%, so their mean bounds every policy's mean (the same jobs
 reach it under every policy: whether they do depends only on where they stop). It is the bound
@@ -47,6 +47,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from specon.core.speedup import Curve
+from specon.sim.milestones import milestone_iteration, ninety_iteration
 from specon.sim.model import JobResult, RunResult
 from specon.workload.models import JobSpec, Workload
 
@@ -69,8 +70,6 @@ class _Job:
 
 
 def _end_iteration(spec: JobSpec, workload: Workload) -> float:
-    from specon.sim.engine import milestone_iteration
-
     prof = workload.profiles[spec.profile]
     end = float(prof.iterations)
     if spec.stop_at_target and spec.target_loss is not None:
@@ -273,8 +272,6 @@ def lower_bound(workload: Workload, slots: int = SLOTS) -> tuple[float, dict[str
 def ninety_bound(workload: Workload) -> dict[str, float | None]:
     """Per job, the earliest moment it can reach 90% of its loss reduction (None: it stops
     before, at its target): its submission plus that iteration at its top speed."""
-    from specon.sim.engine import ninety_iteration
-
     jobs, _, _ = _jobs(workload)
     out: dict[str, float | None] = {}
     for j in jobs:

@@ -7,9 +7,10 @@ from dataclasses import asdict
 import pytest
 
 from specon.core.policy import POLICIES
-from specon.sim.engine import Simulator, ninety_iteration
+from specon.sim.engine import Simulator
 from specon.sim.experiments import shipped_profiles
 from specon.sim.generate import Shape, random_workload
+from specon.sim.milestones import ninety_iteration
 from specon.sim.model import SimConfig
 from specon.sim.noise import noisy_log
 from specon.sim.runner import run_one
