@@ -1,0 +1,183 @@
+"""What a policy sees of the simulated cluster, in the core's terms: each job's work left and
+load (JobLoad, NodeLoad) as the policy can know it, worker views for Algorithm 4, urgency for
+targets and deadlines, SLAQ's predicted value. The simulator turns its state into these, and
+the core's rules decide on them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from specon.core.predict import fit_curve
+from specon.core.progress import JobLoad, NodeLoad, behind_equal_share
+from specon.core.scoring import WorkerView, worker_view
+from specon.core.urgency import GIVEN_UP, ON_TRACK, Assessment, assess, urgency
+from specon.sim.engine.bookkeeping import Job, Worker
+
+if TYPE_CHECKING:
+    from specon.sim.engine.loop import Simulator
+
+#: Where a job that stops at its target is expected to stop before its curve can be fitted
+#: (as a share of its declared steps: most of a loss's fall comes early, docs/mission).
+TARGET_PRIOR = 0.3
+
+
+def hints(sim: Simulator, job: Job) -> bool:
+    """Jobs that use the SDK (the checkpointable ones) follow the thread hint."""
+    return sim.policy.thread_hint and job.spec.migratable
+
+
+def hinted_caps(sim: Simulator, w: Worker, jobs: list[Job]) -> list[float]:
+    """What each job could use: with the hint, as many threads as the worker has."""
+    return [min(w.cpus, j.curve.max_cores) if hints(sim, j) else j.demand() for j in jobs]
+
+
+def demand_on(job: Job, w: Worker) -> float:
+    """Cores the job would keep busy on ``w``: the threads it was told, or the worker's cores."""
+    told = job.spec.cores
+    return min(told if told is not None else w.cpus, job.curve.max_cores)
+
+
+def steps_to_target(job: Job) -> float | None:
+    """Steps still needed to reach the target, from a learning curve fitted so far."""
+    k = job.logged()
+    if k < 5 or job.spec.target_loss is None:
+        return None
+    n = len(job.profile.loss)
+    steps = [(i + 1) * job.profile.iterations / n for i in range(k)]
+    fit = fit_curve(steps, job.observed[:k])
+    if fit is None:
+        return None
+    return max(0.0, fit.step_for(job.spec.target_loss) - job.done)
+
+
+def work_left(job: Job) -> float:
+    """Seconds of work left on one speed-1 core, as the policy can know it: from the
+    declared total steps, or, without one, as much again as done so far."""
+    if job.total_known:
+        steps = max(0.0, job.profile.iterations - job.done)
+    else:
+        steps = max(job.done, 0.1 * job.profile.iterations)
+    if job.spec.stop_at_target and job.spec.target_loss is not None:
+        k = job.logged()
+        if job.target_fit[0] != k:  # refit only when the log has grown
+            left = steps_to_target(job)
+            job.target_fit = (k, None if left is None else job.done + left)
+        at = job.target_fit[1]
+        if at is None:  # no fit yet: most of a loss's fall comes in its first 30%
+            at = TARGET_PRIOR * job.profile.iterations
+        steps = min(steps, max(0.0, at - job.done))
+    return steps * job.cost_seen
+
+
+def starved(job: Job) -> bool:
+    """Behind what equal shares would have given it (specon.core.progress.behind_equal_share),
+    its total steps as the policy knows them."""
+    total = job.done + work_left(job) / max(job.cost_seen, 1e-12)
+    return behind_equal_share(job.done, job.fair, total)
+
+
+def load(sim: Simulator, job: Job, w: Worker) -> JobLoad:
+    if hints(sim, job):
+        cap, threads = min(w.cpus, job.curve.max_cores), None
+    else:
+        cap = threads = min(demand_on(job, w), w.cpus)
+    return JobLoad(job.spec.name, work_left(job), job.curve, cap, job.cat.category,
+                   threads, starved(job), job.done * job.cost_seen)
+
+
+def node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLoad:
+    jobs = [load(sim, j, w) for j in (*w.jobs.values(), *extra)]
+    return NodeLoad(w.name, w.cpus, w.speed, tuple(jobs))
+
+
+def reserved_node(sim: Simulator, w: Worker) -> NodeLoad:
+    """The worker with the jobs migrating to it counted in."""
+    return node(sim, w, [sim.jobs[n] for n in w.reserved])
+
+
+def fits(sim: Simulator, job: Job) -> list[Worker]:
+    """Workers that can hold the job: a job told its thread count needs that many CPUs; one
+    that takes the cores it sees (as PyTorch does) runs anywhere."""
+    if job.spec.cores is None:
+        return list(sim.workers.values())
+    return [w for w in sim.workers.values() if w.cpus >= job.max_cores]
+
+
+def placement_load(sim: Simulator, job: Job) -> JobLoad:
+    """A new job as placement sees it (its cap depends on the worker: the largest)."""
+    biggest = max(w.cpus for w in fits(sim, job))
+    cap = min(biggest, job.curve.max_cores) if hints(sim, job) else min(
+        demand_on(job, max(fits(sim, job), key=lambda w: w.cpus)), biggest)
+    return JobLoad(job.spec.name, work_left(job), job.curve, cap, job.cat.category)
+
+
+def views(sim: Simulator, workers: Sequence[Worker]) -> list[WorkerView]:
+    """Algorithm 4's view of each worker (cached until its jobs, categories or load change)."""
+    out = []
+    for w in workers:
+        cached = sim.view_cache.get(w.name)
+        if cached is not None:
+            out.append(cached)
+            continue
+        used = sim.record.cpu_in_use(w.name) / w.cpus
+        view = worker_view(w.name, w.ctl.counts(), len(w.reserved), used,
+                           capacity=w.cpus * w.speed)
+        sim.view_cache[w.name] = view
+        out.append(view)
+    return out
+
+
+def qos_level(sim: Simulator, job: Job, w: Worker, to_target: bool) -> int:
+    """The job's urgency (specon.core.urgency): to its target loss, predicted from its
+    loss curve so far (``to_target``: ``dqoes``), or to its declared end (``deadline``)."""
+    spec = job.spec
+    if to_target:
+        if spec.target_loss is None:
+            return ON_TRACK
+        if job.result.target_reached_s is not None:
+            return GIVEN_UP
+        steps = steps_to_target(job)
+    else:
+        if spec.deadline_s is None:
+            return ON_TRACK
+        # The job's declared length (it reports its total steps), not where it will stop.
+        steps = max(0.0, job.profile.iterations - job.done)
+    left = (spec.submit_s + spec.deadline_s - sim.now) if spec.deadline_s else math.inf
+    best = job.profile.speed(job.max_cores) * w.speed / job.iter_cost
+    return urgency(steps, job.rate, best, left)
+
+
+def agent_qos_caps(sim: Simulator, w: Worker, jobs: list[Job],
+                   caps: list[float]) -> list[float]:
+    """The node agent's rule (specon_agent/qos_tracker.py, docs/qos.md): each job with a
+    target or deadline assessed from its rate and cores so far, the worker divided by strict
+    priority into limits; jobs without either keep FlowCon's caps."""
+    judged: dict[str, Assessment | None] = {}
+    for j in jobs:
+        spec = j.spec
+        if spec.target_loss is None and spec.deadline_s is None:
+            judged[spec.name] = None
+            continue
+        reached = j.result.target_reached_s is not None
+        if spec.target_loss is not None:
+            steps = None if reached else steps_to_target(j)
+        else:
+            steps = max(0.0, j.profile.iterations - j.done)
+        left = (spec.submit_s + spec.deadline_s - sim.now) if spec.deadline_s else math.inf
+        judged[spec.name] = assess(steps, j.rate, j.cores, j.max_cores, left, reached)
+    limits, _ = w.ctl.judge_qos(judged, w.cpus, sim.cfg.qos_floor_cores)
+    out = []
+    for j, c in zip(jobs, caps, strict=True):
+        lim = limits[j.spec.name]
+        out.append(c if lim is None else min(j.max_cores, lim * w.cpus))
+    return out
+
+
+def slaq_value(job: Job) -> float:
+    """Predicted normalised loss reduction per unit of relative speed (optimistic if new)."""
+    if job.last_eff is None:
+        return 1e6
+    cores = max(job.cores, 1e-3)
+    return job.last_eff * cores / max(job.profile.speed(cores), 1e-9)
