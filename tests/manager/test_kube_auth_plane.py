@@ -35,11 +35,14 @@ def sa_user(ns: str, name: str) -> str:
     return f"system:serviceaccount:{ns}:{name}"
 
 
-def accounts(plane: Plane, ns: str) -> tuple[str, str]:
-    """Tokens of ServiceAccounts ``old`` and ``new`` (10 minutes: TokenRequest's shortest)."""
+@pytest.fixture
+def accounts(plane: Plane, plane_namespace: str) -> tuple[str, str, str]:
+    """A namespace and the tokens of its ServiceAccounts ``old`` and ``new`` (10 minutes:
+    TokenRequest's shortest)."""
+    ns = plane_namespace
     for name in ("old", "new"):
         plane.kubectl("create", "serviceaccount", "-n", ns, name)
-    return plane.request_token(ns, "old"), plane.request_token(ns, "new")
+    return ns, plane.request_token(ns, "old"), plane.request_token(ns, "new")
 
 
 def revoke_old(plane: Plane, ns: str, old_token: str) -> None:
@@ -59,10 +62,9 @@ def revoke_old(plane: Plane, ns: str, old_token: str) -> None:
 
 
 def test_in_cluster_client_reads_the_rotated_token_file_without_a_restart(
-    plane: Plane, plane_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ns = plane_namespace
-    old, new = accounts(plane, ns)
+    ns, old, new = accounts
     # The pod's service-account folder, as the kubelet projects it.
     shutil.copy(plane.ca_file, tmp_path / "ca.crt")
     (tmp_path / "token").write_text(old)
@@ -77,10 +79,9 @@ def test_in_cluster_client_reads_the_rotated_token_file_without_a_restart(
 
 
 def test_a_refused_token_is_read_again_at_once(
-    plane: Plane, plane_namespace: str, tmp_path: Path
+    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path
 ) -> None:
-    ns = plane_namespace
-    old, new = accounts(plane, ns)
+    ns, old, new = accounts
     token = tmp_path / "token"
     token.write_text(old)
     # Never re-read on its own: only the 401 can make it read the file again.
@@ -96,10 +97,9 @@ def test_a_refused_token_is_read_again_at_once(
 @pytest.mark.parametrize("api_version", ["client.authentication.k8s.io/v1",
                                          "client.authentication.k8s.io/v1beta1"])
 def test_exec_plugin_token_is_cached_and_renewed_when_refused(
-    plane: Plane, plane_namespace: str, tmp_path: Path, api_version: str
+    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path, api_version: str
 ) -> None:
-    ns = plane_namespace
-    old, new = accounts(plane, ns)
+    ns, old, new = accounts
     folder = tmp_path / "kube"
     config = execplugin.write(folder, plane.server, plane.ca_file, old, api_version,
                               life_s=3600)
@@ -119,10 +119,9 @@ def test_exec_plugin_token_is_cached_and_renewed_when_refused(
 
 
 def test_exec_plugin_runs_again_once_its_token_expires(
-    plane: Plane, plane_namespace: str, tmp_path: Path
+    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path
 ) -> None:
-    ns = plane_namespace
-    old, _ = accounts(plane, ns)
+    ns, old, _ = accounts
     folder = tmp_path / "kube"
     # A token that expires within the renewal margin is renewed before each request.
     kube = Kube.from_kubeconfig(execplugin.write(folder, plane.server, plane.ca_file, old,
