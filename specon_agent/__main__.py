@@ -103,19 +103,27 @@ def _kube_config(settings: AgentSettings) -> Any:
     return cfg
 
 
-def _api_endpoint(settings: AgentSettings) -> dict[str, Any]:
-    """The API server, bearer token and CA the resize actuator talks to."""
-    cfg = _kube_config(settings)
+def _bearer(cfg: Any) -> str | None:
+    """The configuration's bearer token now. Asking through ``get_api_key_with_prefix`` runs the
+    package's refresh hook: in-cluster it reads the projected token file again once a minute
+    (the kubelet rotates it), from a kubeconfig it re-runs an ``exec`` plugin whose token is
+    about to expire."""
     # The key's name depends on the client's version ("authorization", later "BearerToken").
-    keys = {k.lower(): v for k, v in (cfg.api_key or {}).items()}
-    auth = str(keys.get("bearertoken") or keys.get("authorization") or "")
+    names = [k for k in (cfg.api_key or {}) if k.lower() in ("bearertoken", "authorization")]
+    auth = str(cfg.get_api_key_with_prefix(names[0]) or "") if names else ""
     # The in-cluster loader writes "bearer <token>", a kubeconfig "Bearer <token>".
     scheme, _, rest = auth.partition(" ")
-    token = (rest if scheme.lower() == "bearer" else auth).strip() or None
-    if token is None:
+    return (rest if scheme.lower() == "bearer" else auth).strip() or None
+
+
+def _api_endpoint(settings: AgentSettings) -> dict[str, Any]:
+    """The API server, bearer token (a function: asked before each request) and CA the resize
+    actuator talks to."""
+    cfg = _kube_config(settings)
+    if _bearer(cfg) is None:
         raise StartupError("actuator resize needs a bearer token (the pod's service account, "
-                           "or a token user in --kubeconfig)")
-    return {"server": cfg.host, "token": token, "ca_file": cfg.ssl_ca_cert}
+                           "or a token or exec user in --kubeconfig)")
+    return {"server": cfg.host, "token": lambda: _bearer(cfg), "ca_file": cfg.ssl_ca_cert}
 
 
 def _kube_api(settings: AgentSettings) -> Any:

@@ -1,8 +1,10 @@
 """A small Kubernetes REST client (httpx, JSON dicts): the manager's only door to the API.
 
 Objects are the API's own JSON (camelCase keys), the same shape the extender receives, so one
-set of helpers reads both. Configured from a kubeconfig (token or client certificate) or from
-the pod's service account."""
+set of helpers reads both. Configured from a kubeconfig (a token, a token file, an ``exec``
+credential plugin or a client certificate) or from the pod's service account, whose projected
+token is read again as the kubelet rotates it (specon_manager/kube_auth.py). A 401 is retried
+once with a fresh token, a 429 after its ``Retry-After`` (bounded)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import os
 import socket
 import ssl
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,9 +26,15 @@ from specon.kube_events import INSTANCE_CHARS, NOTE_BYTES
 from specon.kube_events import event_body as kube_event_body
 from specon.kube_events import events_path as events_path  # the manager's modules use it
 
+from .kube_auth import CredentialError, ExecPlugin, StaticToken, TokenFile, TokenSource
+
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TRANSPORT = 0  # KubeError.status of a request that got no usable HTTP answer
 FENCED = 1  # KubeError.status of a write refused here: this replica no longer holds the Lease
+#: 429 (Too Many Requests: the API server's priority and fairness) is retried this many times,
+#: each after its Retry-After, at most RETRY_AFTER_MAX_S (client-go waits the same way).
+RETRY_429 = 3
+RETRY_AFTER_MAX_S = 10.0
 
 
 class KubeError(Exception):
@@ -48,18 +57,35 @@ def _data_file(data: str, suffix: str) -> str:
     return f.name
 
 
+def _retry_after(resp: httpx.Response, timeout: float | None) -> float:
+    """Seconds to wait before retrying a 429: its Retry-After (whole seconds; 1 when absent or
+    a date), at most RETRY_AFTER_MAX_S and at most a deadline-bound client's timeout."""
+    try:
+        wait = float(resp.headers.get("Retry-After", "1"))
+    except ValueError:
+        wait = 1.0
+    cap = RETRY_AFTER_MAX_S if timeout is None else min(RETRY_AFTER_MAX_S, timeout)
+    return max(0.0, min(wait, cap))
+
+
 class Kube:
-    def __init__(self, server: str, token: str | None = None, ca_file: str | None = None,
-                 cert: tuple[str, str] | None = None, timeout: float = 15.0) -> None:
-        ctx = ssl.create_default_context(cafile=ca_file) if ca_file else True
-        if cert is not None and isinstance(ctx, ssl.SSLContext):
+    def __init__(self, server: str, token: str | TokenSource | None = None,
+                 ca_file: str | None = None, cert: tuple[str, str] | None = None,
+                 timeout: float = 15.0, tls_server_name: str | None = None,
+                 proxy: str | None = None, insecure: bool = False) -> None:
+        ctx: ssl.SSLContext | bool = (ssl.create_default_context(cafile=ca_file) if ca_file
+                                      else not insecure)
+        if cert is not None:
+            if not isinstance(ctx, ssl.SSLContext):
+                ctx = ssl.create_default_context()
             ctx.load_cert_chain(*cert)
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         self.server = server.rstrip("/")
-        self._http = httpx.Client(base_url=self.server, verify=ctx, headers=headers,
-                                  timeout=timeout)
+        self.auth: TokenSource = (token if token is not None and not isinstance(token, str)
+                                  else StaticToken(token))
+        # kubeconfig's tls-server-name: the name sent in SNI and checked in the certificate.
+        self._extensions = {"sni_hostname": tls_server_name} if tls_server_name else None
+        self._http = httpx.Client(base_url=self.server, verify=ctx, proxy=proxy,
+                                  headers={"Accept": "application/json"}, timeout=timeout)
         #: Called before every write (POST, PUT, PATCH, DELETE); raises to refuse it.
         self.fence: Callable[[], None] | None = None
         #: Seconds a request may take (None: the client's ``timeout``).
@@ -83,12 +109,19 @@ class Kube:
     # -- construction ------------------------------------------------------------------------
     @classmethod
     def from_kubeconfig(cls, path: Path | str) -> Kube:
-        doc = yaml.safe_load(Path(path).read_text())
+        path = Path(path)
+        doc = yaml.safe_load(path.read_text())
         ctx_name = doc.get("current-context")
         ctx = next(c["context"] for c in doc["contexts"] if c["name"] == ctx_name)
         cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
-        user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"])
-        ca = cluster.get("certificate-authority")
+        user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"]) or {}
+        base = path.resolve().parent
+
+        def local(name: str | None) -> str | None:
+            # Relative paths in a kubeconfig are relative to its folder, as kubectl reads them.
+            return str(base / name) if name else None
+
+        ca = local(cluster.get("certificate-authority"))
         if cluster.get("certificate-authority-data"):
             ca = _data_file(cluster["certificate-authority-data"], ".crt")
         cert = None
@@ -96,31 +129,70 @@ class Kube:
             cert = (_data_file(user["client-certificate-data"], ".crt"),
                     _data_file(user["client-key-data"], ".key"))
         elif user.get("client-certificate"):
-            cert = (user["client-certificate"], user["client-key"])
-        return cls(cluster["server"], token=user.get("token"), ca_file=ca, cert=cert)
+            cert = (str(local(user["client-certificate"])), str(local(user["client-key"])))
+        token: str | TokenSource | None = user.get("token")
+        if user.get("exec"):
+            token = ExecPlugin(user["exec"], base, cluster={
+                k: v for k, v in (("server", cluster["server"]),
+                                  ("tls-server-name", cluster.get("tls-server-name")),
+                                  ("certificate-authority-data",
+                                   cluster.get("certificate-authority-data"))) if v})
+        elif user.get("auth-provider"):
+            raise CredentialError(
+                f"kubeconfig {path}: auth-provider users are not supported (kubectl dropped "
+                "them in 1.26): use the provider's exec plugin (gke-gcloud-auth-plugin, "
+                "kubelogin, aws eks get-token)")
+        elif not token and user.get("tokenFile"):
+            token = TokenFile(str(local(user["tokenFile"])))
+        return cls(cluster["server"], token=token, ca_file=ca, cert=cert,
+                   tls_server_name=cluster.get("tls-server-name"),
+                   proxy=cluster.get("proxy-url"),
+                   insecure=bool(cluster.get("insecure-skip-tls-verify")))
 
     @classmethod
     def in_cluster(cls) -> Kube:
         host = os.environ["KUBERNETES_SERVICE_HOST"]
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        token = (SA_DIR / "token").read_text().strip()
-        return cls(f"https://{host}:{port}", token=token, ca_file=str(SA_DIR / "ca.crt"))
+        # The projected token is rotated by the kubelet: read it again, never keep it.
+        return cls(f"https://{host}:{port}", token=TokenFile(SA_DIR / "token"),
+                   ca_file=str(SA_DIR / "ca.crt"))
 
     def close(self) -> None:
         self._http.close()
 
     # -- verbs ---------------------------------------------------------------------------------
-    def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None,
-              params: dict[str, str] | None = None) -> Any:
-        headers = {"Content-Type": content_type} if content_type else {}
-        if method != "GET" and self.fence is not None:
-            self.fence()
+    def _send(self, method: str, path: str, body: Any, headers: dict[str, str],
+              params: dict[str, str] | None) -> httpx.Response:
         try:
-            resp = self._http.request(
+            token = self.auth.token()
+        except CredentialError as exc:
+            raise KubeError(TRANSPORT, "NoCredentials", f"{method} {path}: {exc}") from exc
+        if token:
+            headers = {**headers, "Authorization": f"Bearer {token}"}
+        try:
+            return self._http.request(
                 method, path, json=body, headers=headers, params=params,
+                extensions=self._extensions,
                 timeout=self.timeout if self.timeout is not None else httpx.USE_CLIENT_DEFAULT)
         except httpx.HTTPError as exc:  # ConnectError, timeouts, protocol errors, ...
             raise KubeError(TRANSPORT, type(exc).__name__, f"{method} {path}: {exc}") from exc
+
+    def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None,
+              params: dict[str, str] | None = None) -> Any:
+        headers = {"Content-Type": content_type} if content_type else {}
+        retried_401, waits = False, 0
+        while True:
+            if method != "GET" and self.fence is not None:
+                self.fence()  # again before a retry: the Lease may have gone while we waited
+            resp = self._send(method, path, body, headers, params)
+            if resp.status_code == 401 and not retried_401 and self.auth.expire():
+                retried_401 = True  # a rotated token file, an exec plugin's renewed token
+                continue
+            if resp.status_code == 429 and waits < RETRY_429:
+                waits += 1
+                time.sleep(_retry_after(resp, self.timeout))
+                continue
+            break
         if resp.status_code >= 400:
             try:
                 status = resp.json()

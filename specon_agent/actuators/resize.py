@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,8 @@ def millicores(limit: CpuLimit) -> str:
 class ResizeActuator(Actuator):
     name = "resize"
 
-    def __init__(self, node_cpus: float | None, server: str, token: str | None = None,
+    def __init__(self, node_cpus: float | None, server: str,
+                 token: str | Callable[[], str | None] | None = None,
                  ca_file: str | None = None, period_us: int = DEFAULT_PERIOD_US,
                  min_step: float = 0.0, set_requests: bool = False,
                  timeout: float = 10.0) -> None:
@@ -56,12 +58,22 @@ class ResizeActuator(Actuator):
         super().__init__(node_cpus or float(os.cpu_count() or 1), period_us, min_step)
         verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=ca_file)
                                          if ca_file else True)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=server.rstrip("/"), verify=verify, headers=headers,
-                                  timeout=timeout)
+        # A function is asked before each request: the token it returns may have been rotated.
+        self._token = token if callable(token) else (lambda: token or None)
+        self._http = httpx.Client(base_url=server.rstrip("/"), verify=verify, timeout=timeout,
+                                  auth=self._auth)
         self.set_requests = set_requests
         self._where: dict[str, PodContainer] = {}
         self.unsupported: str | None = None
+
+    def _auth(self, request: httpx.Request) -> httpx.Request:
+        try:
+            token = self._token()
+        except Exception as exc:  # an unreadable token file, a failing exec plugin
+            raise httpx.RequestError(f"no bearer token: {exc}", request=request) from exc
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        return request
 
     def register(self, container_id: str, namespace: str, pod: str, container: str) -> None:
         super().register(container_id, namespace, pod, container)
