@@ -19,6 +19,7 @@ from specon.sim.experiments import DEFAULT_EXPERIMENT, EXPERIMENTS
 from specon.sim.model import SimConfig
 from specon.sim.progress import LineProgress
 from specon.sim.runner import Matrix, run_matrix
+from specon.version import version
 from specon.workload.load import WorkloadError, load_workload
 from specon.workload.models import Workload
 
@@ -34,20 +35,6 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 180)
 
 class UsageError(Exception):
     """Bad input from the user: reported in one line, exit code 2."""
-
-
-def version() -> str:
-    """The installed package's version; from a source tree that is not installed, the
-    version the source itself declares."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("specon")
-    except PackageNotFoundError:
-        import specon
-
-        return f"{specon.__version__} (source tree, not installed)"
 
 
 def _show_version(value: bool) -> None:
