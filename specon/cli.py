@@ -299,7 +299,8 @@ def simulate(
             name, build, pols, seed_list, cfg,  # type: ignore[arg-type]
             tick=lambda p, s: prog.advance(task),
             start=lambda p, s: prog.update(
-                task, status=f"seed {position[s]}/{len(seed_list)}, policy {p}"))
+                task, status=f"seed {position[s]}/{len(seed_list)}, policy {p}"),
+            job_done=prog.jobs if isinstance(prog, LineProgress) else None)
     wl: Workload = build(seed_list[0])  # type: ignore[operator]
     if jobs and not as_json:
         console.print(_jobs_table(mx))
