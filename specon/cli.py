@@ -19,6 +19,7 @@ from specon.sim.experiments import DEFAULT_EXPERIMENT, EXPERIMENTS
 from specon.sim.model import SimConfig
 from specon.sim.progress import LineProgress
 from specon.sim.runner import Matrix, run_matrix
+from specon.version import version
 from specon.workload.load import WorkloadError, load_workload
 from specon.workload.models import Workload
 
@@ -34,20 +35,6 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 180)
 
 class UsageError(Exception):
     """Bad input from the user: reported in one line, exit code 2."""
-
-
-def version() -> str:
-    """The installed package's version; from a source tree that is not installed, the
-    version the source itself declares."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("specon")
-    except PackageNotFoundError:
-        import specon
-
-        return f"{specon.__version__} (source tree, not installed)"
 
 
 def _show_version(value: bool) -> None:
@@ -312,7 +299,8 @@ def simulate(
             name, build, pols, seed_list, cfg,  # type: ignore[arg-type]
             tick=lambda p, s: prog.advance(task),
             start=lambda p, s: prog.update(
-                task, status=f"seed {position[s]}/{len(seed_list)}, policy {p}"))
+                task, status=f"seed {position[s]}/{len(seed_list)}, policy {p}"),
+            job_done=prog.jobs if isinstance(prog, LineProgress) else None)
     wl: Workload = build(seed_list[0])  # type: ignore[operator]
     if jobs and not as_json:
         console.print(_jobs_table(mx))

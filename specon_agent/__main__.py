@@ -1,8 +1,8 @@
 """`specon-agent`: builds the agent from its settings and runs it until SIGTERM or SIGINT.
 
-Exit status: 0 after a clean stop (limits restored), 2 for unusable settings (one line on
-stderr), 1 when a part the agent needs is missing at start (the engine, the cgroup hierarchy,
-the Kubernetes API), also in one line.
+Exit status: 0 after a clean stop (limits restored) and for ``--help`` and ``--version``; 2 for
+unusable settings or flags (one line on stderr); 1 when a part the agent needs is missing at
+start (the engine, the cgroup hierarchy, the Kubernetes API), also in one line.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specon.quantity import parse_cpu
+from specon.version import version
 
 from .actuators import Actuator, ActuatorError, create
 from .actuators.ledger import Ledger
@@ -238,6 +239,9 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:
+        print(f"specon-agent {version()}")
+        return 0
     try:
         settings = load_settings(args)
     except SettingsProblem as exc:

@@ -1,4 +1,10 @@
-"""``specon-manager``: run the manager (extender, agent API, controllers) under uvicorn."""
+"""``specon-manager``: run the manager (extender, agent API, controllers) under uvicorn.
+
+Exit status: 0 after a clean stop; 2 for unusable settings or a command-line argument (it takes
+none but ``--help`` and ``--version``), a TLS file or a named kubeconfig that cannot be used,
+each in one line on stderr; 1 when it cannot start (not in a pod and no kubeconfig, a port
+taken).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,12 @@ from typing import Any
 import uvicorn
 from pydantic import ValidationError
 
+from specon.version import version
+from specon_manager.kube_connect import KubeConfigError, connect
 from specon_manager.settings import ManagerSettings
+
+USAGE = ("usage: specon-manager [--help | --version]\n\nConfigured by SPECON_MANAGER_* "
+         "environment variables; see docs/manager.md.")
 
 
 class _Server(uvicorn.Server):
@@ -85,12 +96,49 @@ async def _serve(servers: list[_Server]) -> None:
     await asyncio.gather(*(s.serve() for s in servers))
 
 
+def _fail(message: str, code: int) -> int:
+    print(f"specon-manager: {message}", file=sys.stderr)
+    return code
+
+
+def _tls_problem(settings: ManagerSettings) -> str | None:
+    """Why the listeners' certificate, key or client CA cannot be used, checked before start:
+    uvicorn reads them only when a listener starts, and says so in a traceback."""
+    files = {"tls_cert_file": settings.tls_cert_file, "tls_key_file": settings.tls_key_file,
+             "extender_client_ca_file": settings.extender_client_ca_file}
+    for name, path in files.items():
+        if path is None:
+            continue
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            return f"{name} {path}: cannot read ({exc.strerror or exc})"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+            what = f"tls_cert_file {settings.tls_cert_file} and tls_key_file " \
+                f"{settings.tls_key_file}: not a PEM certificate and its key"
+            ctx.load_cert_chain(str(settings.tls_cert_file), str(settings.tls_key_file))
+        if settings.extender_client_ca_file is not None:
+            what = f"extender_client_ca_file {settings.extender_client_ca_file}: not PEM " \
+                "certificates"
+            ctx.load_verify_locations(str(settings.extender_client_ca_file))
+    except ssl.SSLError as exc:
+        return f"{what} ({exc.reason or exc})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("-h", "--help"):
-        print("usage: specon-manager\n\nConfigured by SPECON_MANAGER_* environment variables; "
-              "see docs/manager.md.")
+        print(USAGE)
         return 0
+    if args == ["--version"]:
+        print(f"specon-manager {version()}")
+        return 0
+    if args:
+        return _fail(f"takes no arguments (got {' '.join(args)!r}): it is configured by "
+                     "SPECON_MANAGER_* environment variables (docs/manager.md)", 2)
     try:
         settings = ManagerSettings()
     except ValidationError as exc:
@@ -99,11 +147,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"specon-manager: {where}: {e.get('msg', '')} (SPECON_MANAGER_* environment; "
                   "docs/manager.md)", file=sys.stderr)
         return 2
+    problem = _tls_problem(settings)
+    if problem is not None:
+        return _fail(problem, 2)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from specon_manager.service import build
 
-    app, service = build(settings)
+    kube = None
+    if settings.kubernetes:
+        try:
+            kube = connect(settings.kubeconfig)
+        except KubeConfigError as exc:
+            hint = "" if exc.bad_input else (": set SPECON_MANAGER_KUBECONFIG, or "
+                                             "SPECON_MANAGER_KUBERNETES=false to run without "
+                                             "the API")
+            return _fail(f"{exc}{hint}", 2 if exc.bad_input else 1)
+    app, service = build(settings, kube)
     servers = [_Server(c) for c in configs(app, settings)]
     # What start-up made (modules, FastAPI's and pydantic's schemas: some 70,000 objects)
     # lives as long as the process: out of the collector's sight, so that a full collection
@@ -115,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         # The loop uvicorn would pick (uvloop when installed), shared by every listener.
         with asyncio.Runner(loop_factory=servers[0].config.get_loop_factory()) as runner:
             runner.run(_serve(servers))
+    except SystemExit as exc:  # uvicorn's start-up failure (a port taken), logged by it
+        if exc.code in (0, None):
+            raise
+        return _fail("a listener could not start (its error is logged above)", 1)
     finally:
         service.stop()
     return 0

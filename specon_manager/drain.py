@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specon_manager.kube import Kube, KubeError, meta, pod_path
+from specon_manager.kube_connect import KubeConfigError, connect
 
 log = logging.getLogger("specon_manager.drain")
 
@@ -65,10 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--timeout-s must be positive, not {args.timeout_s:g}")
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        kube = Kube.from_kubeconfig(args.kubeconfig) if args.kubeconfig else Kube.in_cluster()
-    except (OSError, ValueError, KubeError) as exc:
+        kube = connect(args.kubeconfig)
+    except KubeConfigError as exc:
         print(f"specon-manager drain: no API access: {exc}", file=sys.stderr)
-        return 2
+        return 2 if exc.bad_input else 1
     try:
         name, kind = ((args.daemonset, "daemonsets") if args.daemonset else
                       (args.deployment, "deployments"))

@@ -113,10 +113,27 @@ class Matrix:
                 "policies": self.policies, "config": cfg, "aggregate": aggregate, "runs": runs}
 
 
-def run_one(workload: Workload, policy: str, config: SimConfig, seed: int) -> RunResult:
+def run_one(workload: Workload, policy: str, config: SimConfig, seed: int,
+            job_done: Callable[[int, int], None] | None = None) -> RunResult:
+    """One policy on one workload. ``job_done(finished, jobs)`` after each job finishes (the
+    progress of a long run; the oracle, one linear programme, reports none)."""
     if policy == "oracle":
         return simulate_oracle(workload, seed)
-    return Simulator(workload, lookup(policy), config, seed).run()
+    sim = Simulator(workload, lookup(policy), config, seed)
+    finished: Callable[[float], None] | None = None
+    if job_done is not None:
+        report, total, told = job_done, len(workload.jobs), [0]
+
+        def each_finish(_event: float) -> None:
+            # called on every finish event, a stale one (a job moved since) included: the
+            # count is the simulator's own, reported when it grows
+            done = total - sim.remaining
+            if done > told[0]:
+                told[0] = done
+                report(done, total)
+
+        finished = each_finish
+    return sim.run(progress=finished)
 
 
 def run_matrix(
@@ -127,10 +144,12 @@ def run_matrix(
     config: SimConfig,
     tick: Callable[[str, int], None] | None = None,
     start: Callable[[str, int], None] | None = None,
+    job_done: Callable[[int, int], None] | None = None,
 ) -> Matrix:
     """Every policy on the same workload per seed (paired comparison). `start(policy, seed)`
-    is called before each run and `tick(policy, seed)` after it (progress reports). An old
-    policy name runs, and is reported, as its new one (with a warning)."""
+    is called before each run, `job_done(finished, jobs)` as its jobs finish and
+    `tick(policy, seed)` after it (progress reports). An old policy name runs, and is
+    reported, as its new one (with a warning)."""
     policies = [canonical(p) for p in policies]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -143,7 +162,7 @@ def run_matrix(
         for p in policies:
             if start is not None:
                 start(p, seed)
-            mx.runs[p].append(run_one(wl, p, config, seed))
+            mx.runs[p].append(run_one(wl, p, config, seed, job_done))
             if tick is not None:
                 tick(p, seed)
     return mx

@@ -77,14 +77,17 @@ def run_sweep(
                                 f"policy {p}")
             return start
 
+        jobs = progress.jobs if isinstance(progress, LineProgress) else None
         base = run_matrix(name, build, ["default"], seeds, SimConfig(record_timeline=False),
-                          tick=lambda p, s: progress.advance(task), start=starting(""))
+                          tick=lambda p, s: progress.advance(task), start=starting(""),
+                          job_done=jobs)
         for combo in combos:
             kwargs = {SWEEPABLE[k]: v for k, v in zip(keys, combo, strict=True)}
             cfg = SimConfig(record_timeline=False, **kwargs)  # type: ignore[arg-type]
             setting = " ".join(f"{k}={v:g}" for k, v in zip(keys, combo, strict=True)) + ", "
             mx = run_matrix(name, build, tuned, seeds, cfg,
-                            tick=lambda p, s: progress.advance(task), start=starting(setting))
+                            tick=lambda p, s: progress.advance(task), start=starting(setting),
+                            job_done=jobs)
             mx.runs["default"] = base.runs["default"]
             for p in tuned:
                 row: dict[str, Any] = dict(zip(keys, combo, strict=True))

@@ -21,6 +21,9 @@ def _read(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}: not a text file (not UTF-8 at byte {exc.start}: a JSON "
+                            "or YAML workload is text)") from None
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             return yaml.safe_load(text)
@@ -28,7 +31,17 @@ def _read(path: Path) -> Any:
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except yaml.YAMLError as exc:
-        raise WorkloadError(f"{path}: not valid YAML ({exc})") from None
+        raise WorkloadError(f"{path}: not valid YAML ({_yaml_problem(exc)})") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's message in one line: its problem and where (its own text spans several lines,
+    with the source quoted)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(exc).split())
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _where(loc: tuple[int | str, ...], data: Any) -> str:

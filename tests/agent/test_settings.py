@@ -104,3 +104,12 @@ def test_an_empty_file_or_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert load_settings(["--config", str(cfg)]).alpha == defaults.ALPHA
     with pytest.raises(SettingsProblem, match=f"config file {tmp_path}: Is a directory"):
         load_settings([f"--config={tmp_path}"])
+
+
+def test_version_prints_the_package_version() -> None:
+    from specon.version import version
+
+    r = subprocess.run([sys.executable, "-m", "specon_agent", "--version"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout == f"specon-agent {version()}\n"

@@ -125,7 +125,16 @@ def test_a_bad_file_for_validate_exits_2_naming_file_and_field(tmp_path: Path):
     assert str(path) in lines[0] and "workers" in lines[0]
     path.write_text("format: [")
     r = specon("validate", str(path))
-    assert r.returncode == 2 and "not valid YAML" in r.stderr and "Traceback" not in r.stderr
+    # PyYAML's own message spans five lines, the source quoted: one line here
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"error: {path}: not valid YAML (line 1, column 10: expected the node content, but "
+        "found '<stream end>')"], r.stderr
+    binary = tmp_path / "model.json"
+    binary.write_bytes(b"\x00\xff\xfe weights")  # a binary file given by mistake
+    r = specon("validate", str(binary))
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"error: {binary}: not a text file (not UTF-8 at byte 1: a JSON or YAML workload is "
+        "text)"], r.stderr
 
 
 def test_a_failure_midway_exits_1_with_one_line(workload_file: Path, tmp_path: Path):
@@ -250,7 +259,8 @@ def test_sweep_json(workload_file: Path, tmp_path: Path):
     assert data["best"]["progress"] in data["rows"]
 
 
-LINE = re.compile(r"\[simulate\] wl: seed [12]/2, policy [a-z+-]+ \(\d+/18 runs done, \d+ s\)")
+LINE = re.compile(r"\[simulate\] wl: seed [12]/2, policy [a-z+-]+(, [1-8]/8 jobs finished)? "
+                  r"\(\d+/18 runs done, \d+ s\)")
 
 
 def test_progress_lines_on_stderr_when_it_is_not_a_terminal(
@@ -275,3 +285,29 @@ def test_line_progress_reports_a_single_long_run_too(capsys: pytest.CaptureFixtu
     assert len(lines) >= 3
     assert all(re.fullmatch(r"\[simulate\] big: seed 1/2, policy default \(0/4 runs done, "
                             r"\d+ s\)", ln) for ln in lines), lines
+
+
+def test_jobs_finished_are_reported_and_change_no_result(workload_file: Path):
+    """The per-job hook of a long run: called once per job finished, in order, and the
+    results are those of a run without it (the oracle, one linear programme, reports none)."""
+    from specon.sim.model import SimConfig
+    from specon.sim.runner import run_matrix
+    from specon.workload.load import load_workload
+
+    wl = load_workload(workload_file)
+    seen: list[tuple[int, int]] = []
+    pols = ["default", "progress", "oracle"]
+    cfg = SimConfig(record_timeline=False)
+    quiet = run_matrix("wl", lambda s: wl, pols, [0, 1], cfg)
+    told = run_matrix("wl", lambda s: wl, pols, [0, 1], cfg,
+                      job_done=lambda done, total: seen.append((done, total)))
+    assert seen == [(i, 8) for i in range(1, 9)] * 4  # 2 policies x 2 seeds, 8 jobs each
+    assert told.to_json(include_timelines=False) == quiet.to_json(include_timelines=False)
+    prog = progress.LineProgress("simulate")
+    prog.add_task("wl", total=6)
+    prog.update(0, status="seed 1/2, policy default")  # type: ignore[arg-type]
+    prog.jobs(3, 8)
+    assert re.fullmatch(r"\[simulate\] wl: seed 1/2, policy default, 3/8 jobs finished "
+                        r"\(0/6 runs done, \d+ s\)", prog.line())
+    prog.update(0, status="seed 1/2, policy progress")  # type: ignore[arg-type]
+    assert "jobs finished" not in prog.line()  # a new run is counted afresh
