@@ -38,20 +38,8 @@ sys.path.insert(0, str(ROOT))
 from specon.core.policy import POLICIES, canonical  # noqa: E402
 from specon.sim.generate import FAMILIES, family_workload  # noqa: E402
 from specon.sim.model import SimConfig  # noqa: E402
+from specon.sim.noise import NOISE  # noqa: E402
 from specon.sim.runner import run_one  # noqa: E402
-
-#: The suite's noise settings (docs/experiments.md): what a policy knows of the jobs, for
-#: SimConfig. The profiles' losses are real logs, already as noisy as measured (relative
-#: scatter around their running median 0.01-1.6 per line, median 0.12; a third to a half of
-#: their steps go up); `standard` adds as much again, a spike on 2% of the lines and one slow
-#: bump of a tenth of the loss's range, and `heavy` is the issue's "heavy noise".
-NOISE: dict[str, dict[str, float]] = {
-    "none": {},
-    "standard": {"unknown_total_share": 0.5, "cost_error": 0.25, "loss_noise": 0.1,
-                 "loss_spikes": 0.02, "loss_bump": 0.1},
-    "heavy": {"unknown_total_share": 1.0, "cost_error": 0.5, "loss_noise": 0.3,
-              "loss_spikes": 0.05, "loss_bump": 0.3},
-}
 
 
 def one_workload(args: tuple[str, int, list[str], list[int], dict[str, Any]]

@@ -42,7 +42,7 @@ WEIGHTS = Weights()
 #: arrived by more than (FAIR_LAG - 1) times its total steps is served first, at its equal
 #: share (:func:`behind_equal_share`): it then keeps pace with equal shares, so it finishes by
 #: the time equal shares would have given it FAIR_LAG times its steps.
-FAIR_LAG = 1.5
+FAIR_LAG = 1.25
 #: On a node a progressing job is ordered by the smaller of its weighted work left and this
 #: many times the work it has done (docs/algorithms.md, "Early progress").
 EARLY_FACTOR = 2.0

@@ -14,6 +14,21 @@ import math
 import random
 from collections.abc import Sequence
 
+#: The suite's noise settings (benchmarks/suite.py --noise, docs/experiments.md): what a
+#: policy knows of the jobs, as SimConfig fields. The profiles' losses are real logs, already
+#: as noisy as measured (relative scatter around their running median 0.01-1.6 per line,
+#: median 0.12; a third to a half of their steps go up); `standard` adds as much again, a
+#: spike on 2% of the lines and one slow bump of a tenth of the loss's range, and `heavy` is
+#: issue 28's "heavy noise".
+NOISE: dict[str, dict[str, float]] = {
+    "none": {},
+    "standard": {"unknown_total_share": 0.5, "cost_error": 0.25, "loss_noise": 0.1,
+                 "loss_spikes": 0.02, "loss_bump": 0.1},
+    "heavy": {"unknown_total_share": 1.0, "cost_error": 0.5, "loss_noise": 0.3,
+              "loss_spikes": 0.05, "loss_bump": 0.3},
+}
+
+
 #: Where the slow bump may peak, as a share of the log, and its width (standard deviation).
 BUMP_AT = (0.2, 0.7)
 BUMP_WIDTH = 0.08

@@ -13,6 +13,7 @@ from specon.sim.engine import Simulator
 from specon.sim.experiments import EXPERIMENTS
 from specon.sim.generate import Shape, generate
 from specon.sim.model import RunResult, SimConfig
+from specon.sim.noise import NOISE
 from specon.sim.oracle import simulate_oracle
 from specon.sim.runner import Matrix, run_one
 from specon.workload.load import parse_workload
@@ -109,9 +110,8 @@ WIDENED = {
     "overload": Shape(workers=(1, 3), cpus=(1, 8), speed=(0.25, 4.0), jobs=(4, 10),
                       minutes=(0.5, 5.0), load=(2.0, 6.0)),
 }
-#: The suite's `standard` noise settings (benchmarks/suite.py NOISE).
-NOISY = SimConfig(record_timeline=False, unknown_total_share=0.5, cost_error=0.25,
-                  loss_noise=0.1, loss_spikes=0.02, loss_bump=0.1)
+#: The suite's `standard` noise settings (benchmarks/suite.py --noise).
+NOISY = SimConfig(record_timeline=False, **NOISE["standard"])
 
 
 @pytest.mark.parametrize("shape", list(WIDENED))
