@@ -118,10 +118,10 @@ def test_no_job_is_placed_where_it_would_take_over_half_again_its_best_time():
     assert choose_node([fast, slow], job("new", 100)) == "fast"
 
 
-def test_a_job_behind_equal_shares_by_half_its_work_is_starved():
-    assert not behind_equal_share(done_steps=10, fair_steps=50, total_steps=100)
-    assert behind_equal_share(done_steps=10, fair_steps=61, total_steps=100)
-    assert not behind_equal_share(done_steps=90, fair_steps=120, total_steps=100)
+def test_a_job_behind_equal_shares_by_a_quarter_of_its_work_is_starved():
+    assert not behind_equal_share(done_steps=10, fair_steps=35, total_steps=100)
+    assert behind_equal_share(done_steps=10, fair_steps=36, total_steps=100)
+    assert not behind_equal_share(done_steps=90, fair_steps=115, total_steps=100)
 
 
 def test_a_move_happens_only_when_it_pays():
