@@ -1,0 +1,192 @@
+"""The agents' ServiceMonitor as the Prometheus Operator turns it into a scrape job, run by a
+real Prometheus (Debian's package, hack/test.d/40-prometheus.sh) against the agent's real
+``/metrics`` server: a job's ``namespace``, ``pod`` and ``container`` survive the Operator's
+relabelling (the chart's ``honorLabels``), also on a Prometheus that overrides honorLabels (the
+chart's ``metricRelabelings``); without either they do not (the chart before: the job's pod in
+``exported_pod`` and the agent's in ``pod``), so the test can fail.
+
+``operator_scrape_config`` writes what prometheus-operator's ``generateServiceMonitorConfig``
+(pkg/prometheus/promcfg.go) writes for one endpoint of a ServiceMonitor with role
+``endpoints``; its golden files pkg/prometheus/testdata/GenerateRelabelConfig.golden and
+HonorLabelsOverriding.golden show the same rules for other monitors. Left out: the sharding
+rules (one shard keeps every target) and what the chart's monitor does not use (jobLabel,
+targetLabels, podTargetLabels, matchExpressions). Two parts are stand-ins: Kubernetes service
+discovery is a static target carrying the ``__meta_kubernetes_*`` labels discovery gives the
+agent pod's endpoint (no API server to discover from), and the agent's registry holds one job's
+series set the way its loop sets them (``publish_metrics``: by namespace, pod, container)
+rather than a job it follows (that needs the Docker Engine, as tests/deploy/test_prometheus.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deploylib import docs, one, render
+from planelib import free_port
+from test_alerts import _binary
+from test_prometheus import _get, _wait
+
+from specon_agent.health import LoopWatchdog, serve
+from specon_agent.metrics import AgentMetrics
+
+pytestmark = pytest.mark.slow
+
+NS = "specon-system"
+AGENT_POD = "specon-agent-7xk2p"
+NODE = "worker-3"
+JOB = ("team-a", "resnet-0", "main")  # the job's namespace, pod, container
+
+
+def _label_name(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)  # the Operator's sanitizeLabelName
+
+
+def _relabel(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The CRD's RelabelConfig as Prometheus's (the Operator's generateRelabelConfig)."""
+    keys = {"sourceLabels": "source_labels", "separator": "separator",
+            "targetLabel": "target_label", "regex": "regex", "modulus": "modulus",
+            "replacement": "replacement", "action": "action"}
+    out = []
+    for rule in rules:
+        cfg = {keys[k]: v for k, v in rule.items()}
+        if "action" in cfg:
+            cfg["action"] = cfg["action"].lower()
+        out.append(cfg)
+    return out
+
+
+def operator_scrape_config(monitor: dict[str, Any], index: int, *,
+                           override_honor_labels: bool = False) -> dict[str, Any]:
+    """The scrape job the Operator writes for ``monitor``'s endpoint ``index``, less its
+    ``kubernetes_sd_configs`` (the caller adds the targets)."""
+    ep = monitor["spec"]["endpoints"][index]
+    meta = monitor["metadata"]
+    relabel: list[dict[str, Any]] = [
+        {"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"}]
+    for key, value in sorted(monitor["spec"]["selector"]["matchLabels"].items()):
+        relabel.append({"action": "keep", "regex": f"({value});true", "source_labels": [
+            f"__meta_kubernetes_service_label_{_label_name(key)}",
+            f"__meta_kubernetes_service_labelpresent_{_label_name(key)}"]})
+    relabel.append({"action": "keep", "source_labels": ["__meta_kubernetes_endpoint_port_name"],
+                    "regex": ep["port"]})
+    target = ["__meta_kubernetes_endpoint_address_target_kind",
+              "__meta_kubernetes_endpoint_address_target_name"]
+    relabel += [
+        {"source_labels": target, "separator": ";", "regex": "Node;(.*)",
+         "replacement": "${1}", "target_label": "node"},
+        {"source_labels": target, "separator": ";", "regex": "Pod;(.*)",
+         "replacement": "${1}", "target_label": "pod"},
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+        {"action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"],
+         "regex": "(Failed|Succeeded)"},
+        {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "job",
+         "replacement": "${1}"},
+        {"target_label": "endpoint", "replacement": ep["port"]},
+        *_relabel(ep.get("relabelings", [])),
+    ]
+    return {"job_name": f"serviceMonitor/{meta['namespace']}/{meta['name']}/{index}",
+            # AddHonorLabels: the Prometheus's overrideHonorLabels wins over the monitor.
+            "honor_labels": bool(ep.get("honorLabels")) and not override_honor_labels,
+            "metrics_path": ep.get("path", "/metrics"),
+            "relabel_configs": relabel,
+            "metric_relabel_configs": _relabel(ep.get("metricRelabelings", []))}
+
+
+def discovered(service: dict[str, Any], address: str) -> dict[str, str]:
+    """The meta labels Kubernetes discovery (role endpoints) gives the agent pod's endpoint."""
+    labels = {"__address__": address,
+              "__meta_kubernetes_namespace": service["metadata"]["namespace"],
+              "__meta_kubernetes_service_name": service["metadata"]["name"],
+              "__meta_kubernetes_endpoint_port_name": service["spec"]["ports"][0]["name"],
+              "__meta_kubernetes_endpoint_ready": "true",
+              "__meta_kubernetes_endpoint_address_target_kind": "Pod",
+              "__meta_kubernetes_endpoint_address_target_name": AGENT_POD,
+              "__meta_kubernetes_pod_name": AGENT_POD,
+              "__meta_kubernetes_pod_container_name": "agent",
+              "__meta_kubernetes_pod_node_name": NODE,
+              "__meta_kubernetes_pod_phase": "Running"}
+    for key, value in service["metadata"]["labels"].items():
+        labels[f"__meta_kubernetes_service_label_{_label_name(key)}"] = value
+        labels[f"__meta_kubernetes_service_labelpresent_{_label_name(key)}"] = "true"
+    return labels
+
+
+@pytest.fixture
+def agent_metrics() -> Iterator[str]:
+    """The agent's own ``/metrics`` server (specon_agent.health.serve) on its registry, with a
+    node series and one job's series as the control loop publishes them."""
+    metrics = AgentMetrics()
+    metrics.node_cpus.set(8)
+    metrics.job_loss.labels(*JOB).set(0.42)
+    metrics.job_limit.labels(*JOB).set(2.0)
+    server = serve(metrics.registry, LoopWatchdog(60), 0, "127.0.0.1")
+    try:
+        yield f"127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+def _series(prom: str, expr: str) -> list[dict[str, str]]:
+    doc = json.loads(_get(f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr})))
+    assert doc["status"] == "success", doc
+    return [r["metric"] for r in doc["data"]["result"]]
+
+
+def test_job_labels_survive_the_operators_relabelling(
+        plane_bin: Path, tmp_path: Path, agent_metrics: str) -> None:
+    objs = docs(render(plane_bin, tmp_path, {"metrics.serviceMonitor.enabled": True}))
+    monitor = one(objs, "ServiceMonitor", "specon-agent")
+    service = one(objs, "Service", "specon-agent-metrics")
+    bare = json.loads(json.dumps(monitor))  # the chart's monitor before honorLabels
+    for ep in bare["spec"]["endpoints"]:
+        ep.pop("honorLabels")
+        ep.pop("metricRelabelings")
+    variants = {"chart": operator_scrape_config(monitor, 0),
+                "override": operator_scrape_config(monitor, 0, override_honor_labels=True),
+                "bare": operator_scrape_config(bare, 0)}
+    jobs = []
+    for name, job in variants.items():
+        # One Prometheus, three jobs on the same target: a `variant` label keeps them apart.
+        target = {**discovered(service, agent_metrics), "variant": name}
+        jobs.append({**job, "job_name": f"{job['job_name']}/{name}", "scrape_interval": "1s",
+                     "static_configs": [{"targets": [target.pop("__address__")],
+                                         "labels": target}]})
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}))
+    port = free_port()
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [_binary("prometheus"), f"--config.file={cfg}",
+             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    prom = f"http://127.0.0.1:{port}"
+    try:
+        _wait("prometheus ready", lambda: "Ready" in _get(f"{prom}/-/ready"), proc=proc)
+        _wait("three jobs scraped", lambda: len(_series(prom, "specon_agent_job_loss")) == 3,
+              proc=proc)
+        for name in ("chart", "override"):
+            job, = _series(prom, f'specon_agent_job_loss{{variant="{name}"}}')
+            assert (job["namespace"], job["pod"], job["container"]) == JOB, (name, job)
+            assert not [k for k in job if k.startswith("exported_")], (name, job)
+            assert (job["node"], job["job"]) == (NODE, "specon-agent-metrics"), (name, job)
+            # A node series keeps the agent's pod: the Operator's target labels.
+            node, = _series(prom, f'specon_agent_node_cpus{{variant="{name}"}}')
+            assert (node["namespace"], node["pod"]) == (NS, AGENT_POD), (name, node)
+        # The job dashboard's selection finds the job, and only it.
+        assert len(_series(prom, 'specon_agent_job_loss{namespace="team-a",pod="resnet-0"}')) == 2
+        # Without them, the agent's pod stands where the job's should.
+        job, = _series(prom, 'specon_agent_job_loss{variant="bare"}')
+        assert (job["namespace"], job["pod"]) == (NS, AGENT_POD), job
+        assert (job["exported_namespace"], job["exported_pod"]) == JOB[:2], job
+    finally:
+        proc.terminate()
+        proc.wait(20)
