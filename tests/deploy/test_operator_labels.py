@@ -1,14 +1,14 @@
 """The agents' ServiceMonitor as the Prometheus Operator turns it into a scrape job, run by a
 real Prometheus (Debian's package, hack/test.d/40-prometheus.sh) against the agent's real
 ``/metrics`` server: a job's ``namespace``, ``pod`` and ``container`` survive the Operator's
-relabelling (the chart's ``honorLabels``), also on a Prometheus that overrides honorLabels (the
-chart's ``metricRelabelings``); without either they do not (the chart before: the job's pod in
+relabelling (the chart's ``metricRelabelings``, which act whatever a Prometheus's
+overrideHonorLabels says); without them they do not (the chart before: the job's pod in
 ``exported_pod`` and the agent's in ``pod``), so the test can fail.
 
 ``operator_scrape_config`` writes what prometheus-operator's ``generateServiceMonitorConfig``
 (pkg/prometheus/promcfg.go) writes for one endpoint of a ServiceMonitor with role
-``endpoints``; its golden files pkg/prometheus/testdata/GenerateRelabelConfig.golden and
-HonorLabelsOverriding.golden show the same rules for other monitors. Left out: the sharding
+``endpoints``; its golden file pkg/prometheus/testdata/GenerateRelabelConfig.golden shows the
+same rules for another monitor. Left out: the sharding
 rules (one shard keeps every target) and what the chart's monitor does not use (jobLabel,
 targetLabels, podTargetLabels, matchExpressions). Two parts are stand-ins: Kubernetes service
 discovery is a static target carrying the ``__meta_kubernetes_*`` labels discovery gives the
@@ -61,8 +61,7 @@ def _relabel(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def operator_scrape_config(monitor: dict[str, Any], index: int, *,
-                           override_honor_labels: bool = False) -> dict[str, Any]:
+def operator_scrape_config(monitor: dict[str, Any], index: int) -> dict[str, Any]:
     """The scrape job the Operator writes for ``monitor``'s endpoint ``index``, less its
     ``kubernetes_sd_configs`` (the caller adds the targets)."""
     ep = monitor["spec"]["endpoints"][index]
@@ -94,8 +93,8 @@ def operator_scrape_config(monitor: dict[str, Any], index: int, *,
         *_relabel(ep.get("relabelings", [])),
     ]
     return {"job_name": f"serviceMonitor/{meta['namespace']}/{meta['name']}/{index}",
-            # AddHonorLabels: the Prometheus's overrideHonorLabels wins over the monitor.
-            "honor_labels": bool(ep.get("honorLabels")) and not override_honor_labels,
+            # AddHonorLabels (a Prometheus's overrideHonorLabels would make it false).
+            "honor_labels": bool(ep.get("honorLabels")),
             "metrics_path": ep.get("path", "/metrics"),
             "relabel_configs": relabel,
             "metric_relabel_configs": _relabel(ep.get("metricRelabelings", []))}
@@ -146,16 +145,14 @@ def test_job_labels_survive_the_operators_relabelling(
     objs = docs(render(plane_bin, tmp_path, {"metrics.serviceMonitor.enabled": True}))
     monitor = one(objs, "ServiceMonitor", "specon-agent")
     service = one(objs, "Service", "specon-agent-metrics")
-    bare = json.loads(json.dumps(monitor))  # the chart's monitor before honorLabels
-    for ep in bare["spec"]["endpoints"]:
-        ep.pop("honorLabels")
-        ep.pop("metricRelabelings")
+    assert not monitor["spec"]["endpoints"][0].get("honorLabels")  # the relabelling alone
+    bare = json.loads(json.dumps(monitor))  # the chart's monitor before
+    bare["spec"]["endpoints"][0].pop("metricRelabelings")
     variants = {"chart": operator_scrape_config(monitor, 0),
-                "override": operator_scrape_config(monitor, 0, override_honor_labels=True),
                 "bare": operator_scrape_config(bare, 0)}
     jobs = []
     for name, job in variants.items():
-        # One Prometheus, three jobs on the same target: a `variant` label keeps them apart.
+        # One Prometheus, two jobs on the same target: a `variant` label keeps them apart.
         target = {**discovered(service, agent_metrics), "variant": name}
         jobs.append({**job, "job_name": f"{job['job_name']}/{name}", "scrape_interval": "1s",
                      "static_configs": [{"targets": [target.pop("__address__")],
@@ -171,18 +168,17 @@ def test_job_labels_survive_the_operators_relabelling(
     prom = f"http://127.0.0.1:{port}"
     try:
         _wait("prometheus ready", lambda: "Ready" in _get(f"{prom}/-/ready"), proc=proc)
-        _wait("three jobs scraped", lambda: len(_series(prom, "specon_agent_job_loss")) == 3,
+        _wait("both jobs scraped", lambda: len(_series(prom, "specon_agent_job_loss")) == 2,
               proc=proc)
-        for name in ("chart", "override"):
-            job, = _series(prom, f'specon_agent_job_loss{{variant="{name}"}}')
-            assert (job["namespace"], job["pod"], job["container"]) == JOB, (name, job)
-            assert not [k for k in job if k.startswith("exported_")], (name, job)
-            assert (job["node"], job["job"]) == (NODE, "specon-agent-metrics"), (name, job)
-            # A node series keeps the agent's pod: the Operator's target labels.
-            node, = _series(prom, f'specon_agent_node_cpus{{variant="{name}"}}')
-            assert (node["namespace"], node["pod"]) == (NS, AGENT_POD), (name, node)
-        # The job dashboard's selection finds the job, and only it.
-        assert len(_series(prom, 'specon_agent_job_loss{namespace="team-a",pod="resnet-0"}')) == 2
+        job, = _series(prom, 'specon_agent_job_loss{variant="chart"}')
+        assert (job["namespace"], job["pod"], job["container"]) == JOB, job
+        assert not [k for k in job if k.startswith("exported_")], job
+        assert (job["node"], job["job"]) == (NODE, "specon-agent-metrics"), job
+        # A node series keeps the agent's pod: the Operator's target labels.
+        node, = _series(prom, 'specon_agent_node_cpus{variant="chart"}')
+        assert (node["namespace"], node["pod"], node["node"]) == (NS, AGENT_POD, NODE), node
+        # The job dashboard's selection finds the job.
+        assert _series(prom, 'specon_agent_job_loss{namespace="team-a",pod="resnet-0"}')
         # Without them, the agent's pod stands where the job's should.
         job, = _series(prom, 'specon_agent_job_loss{variant="bare"}')
         assert (job["namespace"], job["pod"]) == (NS, AGENT_POD), job
