@@ -3,7 +3,8 @@ real Prometheus (Debian's package, hack/test.d/40-prometheus.sh) against the age
 ``/metrics`` server: a job's ``namespace``, ``pod`` and ``container`` survive the Operator's
 relabelling (the chart's ``metricRelabelings``, which act whatever a Prometheus's
 overrideHonorLabels says); without them they do not (the chart before: the job's pod in
-``exported_pod`` and the agent's in ``pod``), so the test can fail.
+``exported_pod`` and the agent's in ``pod``), so the test can fail. The job dashboard's
+variables (namespace, then pod) list the job, and each of its panels selects it.
 
 ``operator_scrape_config`` writes what prometheus-operator's ``generateServiceMonitorConfig``
 (pkg/prometheus/promcfg.go) writes for one endpoint of a ServiceMonitor with role
@@ -27,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploylib import docs, one, render
+from deploylib import CHART, docs, one, render
 from planelib import free_port
 from test_alerts import _binary
-from test_prometheus import _get, _wait
+from test_prometheus import _get, _wait, exprs_of
 
 from specon_agent.health import LoopWatchdog, serve
 from specon_agent.metrics import AgentMetrics
@@ -125,13 +126,24 @@ def agent_metrics() -> Iterator[str]:
     node series and one job's series as the control loop publishes them."""
     metrics = AgentMetrics()
     metrics.node_cpus.set(8)
+    metrics.job_category.labels(*JOB, "PC").set(1)
+    metrics.job_flowcon.labels(*JOB, "NL").set(1)
     metrics.job_loss.labels(*JOB).set(0.42)
+    metrics.job_growth.labels(*JOB).set(0.05)
+    metrics.job_efficiency.labels(*JOB).set(0.02)
     metrics.job_limit.labels(*JOB).set(2.0)
+    metrics.job_cpu.labels(*JOB).set(1.5)
     server = serve(metrics.registry, LoopWatchdog(60), 0, "127.0.0.1")
     try:
         yield f"127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
+
+
+def _fill(expr: str, values: dict[str, str]) -> str:
+    for var, value in values.items():
+        expr = expr.replace(var, value)
+    return expr
 
 
 def _series(prom: str, expr: str) -> list[dict[str, str]]:
@@ -177,8 +189,22 @@ def test_job_labels_survive_the_operators_relabelling(
         # A node series keeps the agent's pod: the Operator's target labels.
         node, = _series(prom, 'specon_agent_node_cpus{variant="chart"}')
         assert (node["namespace"], node["pod"], node["node"]) == (NS, AGENT_POD, NODE), node
-        # The job dashboard's selection finds the job.
-        assert _series(prom, 'specon_agent_job_loss{namespace="team-a",pod="resnet-0"}')
+        # The job dashboard's variables list the job's namespace and pod, and each of its
+        # panels on a job series selects that job's (of the relabelled scrape job).
+        board = json.loads((CHART / "dashboards" / "job.json").read_text())
+        variables = {v["name"]: v["query"]["query"] for v in board["templating"]["list"]
+                     if v["type"] == "query"}
+        fill = {"$namespace": JOB[0], "$job": JOB[1]}
+        for name, query in variables.items():
+            selector = _fill(query.split("(", 1)[1].rsplit(",", 1)[0], fill)
+            label = query.rsplit(",", 1)[1].strip(" )")
+            got = {s.get(label) for s in _series(prom, selector) if s["variant"] == "chart"}
+            assert JOB[0 if name == "namespace" else 1] in got, (name, got)
+        for expr in exprs_of(board):
+            if "$job" in expr:
+                got = _series(prom, _fill(expr, fill))
+                assert got, expr
+                assert {s.get("variant", "chart") for s in got} == {"chart"}, (expr, got)
         # Without them, the agent's pod stands where the job's should.
         job, = _series(prom, 'specon_agent_job_loss{variant="bare"}')
         assert (job["namespace"], job["pod"]) == (NS, AGENT_POD), job

@@ -247,10 +247,11 @@ def test_prometheus_scrapes_manager_and_agent(services: Services) -> None:
         assert _wait("jobs per category on the worker", lambda: _query(
             prom, "sum by (node, category) (specon_agent_jobs) > 0"), timeout=30)
         # Every dashboard query evaluates (with Grafana's variables filled in).
-        job = losses[0]["metric"]["pod"]
+        job, ns = losses[0]["metric"]["pod"], losses[0]["metric"]["namespace"]
         for board in DASHBOARDS:
             for expr in exprs_of(json.loads(board.read_text())):
-                _query(prom, expr.replace("$__rate_interval", "15s").replace("$job", job))
+                _query(prom, expr.replace("$__rate_interval", "15s").replace("$job", job)
+                       .replace("$namespace", ns))
     finally:
         proc.terminate()
         proc.wait(20)
