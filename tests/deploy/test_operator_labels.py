@@ -138,6 +138,7 @@ def agent_metrics() -> Iterator[str]:
         yield f"127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def _fill(expr: str, values: dict[str, str]) -> str:
