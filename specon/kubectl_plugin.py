@@ -6,8 +6,10 @@ What it reads: the training pods (specon.names.opted_in), their ``specon.io/`` a
 the Events the node agent (limit changes) and the manager (migrations) post about them, and
 the Nodes. A job's category and CPU limit are those of the agent's last limit Event; its moves
 are the chain of completed migrations whose Events are still in the API (one hour by
-default). Its predicted completion lives only in the manager's memory: the ETA column is blank
-until an API object carries it.
+default). The manager's live view (``/status/jobs``: category, limit and the predicted
+completion, which only it holds) is asked through the API server's service proxy
+(``--manager``) and, where it answers, is preferred; where it cannot be asked, the ETA is
+blank and stderr says why.
 
 Standard library only, like the SDK. Exit codes: 0 done, 1 failed (kubectl or the API), 2 bad
 input (argparse's)."""
@@ -44,8 +46,9 @@ Obj = dict[str, Any]
 
 
 # -- reading the cluster ---------------------------------------------------------------------
-def kubectl(opts: argparse.Namespace, *args: str) -> Obj:
-    """``kubectl get ARGS -o json`` with the user's kubeconfig and context, as JSON."""
+def kubectl(opts: argparse.Namespace, *args: str, raw: bool = False) -> Obj:
+    """``kubectl get ARGS -o json`` (``raw``: ``kubectl get --raw ARGS``) with the user's
+    kubeconfig and context, as JSON."""
     exe = shutil.which(opts.kubectl)
     if exe is None:
         raise Failed(f"{opts.kubectl} not found on PATH")
@@ -54,7 +57,7 @@ def kubectl(opts: argparse.Namespace, *args: str) -> Obj:
         cmd.append(f"--kubeconfig={opts.kubeconfig}")
     if opts.context:
         cmd.append(f"--context={opts.context}")
-    cmd += ["get", *args, "-o", "json"]
+    cmd += ["get", "--raw", *args] if raw else ["get", *args, "-o", "json"]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise Failed(done.stderr.strip() or f"kubectl get {' '.join(args)} failed")
@@ -62,6 +65,29 @@ def kubectl(opts: argparse.Namespace, *args: str) -> Obj:
         out: Obj = json.loads(done.stdout)
     except json.JSONDecodeError as exc:
         raise Failed(f"kubectl get {' '.join(args)}: not JSON ({exc})") from None
+    return out
+
+
+def manager_jobs(opts: argparse.Namespace) -> dict[tuple[str, str], Obj]:
+    """The manager's jobs by (namespace, pod), each with ``eta_s`` (seconds from the manager's
+    now; None: unknown), through the API server's service proxy; empty where it cannot be
+    asked (why, on stderr)."""
+    if not opts.manager:
+        return {}
+    ns, _, service = opts.manager.partition("/")
+    try:
+        got = kubectl(opts, f"/api/v1/namespaces/{ns}/services/{service}/proxy/status/jobs",
+                      raw=True)
+        now, out = float(got["time"]), {}
+        for j in got["jobs"]:
+            left = j.get("predicted_finish_s")
+            eta = None if left is None else float(j["reported"]) + float(left) - now
+            out[(str(j.get("namespace")), str(j.get("pod")))] = {**j, "eta_s": eta}
+    except (Failed, KeyError, TypeError, ValueError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        print(f"kubectl-specon: ETA left blank: the manager ({opts.manager}) could not be asked "
+              f"through the API server: {why}", file=sys.stderr)
+        return {}
     return out
 
 
@@ -138,6 +164,7 @@ def lineage(events: list[Obj], ns: str, name: str, uid: str) -> list[tuple[str, 
 def job_rows(opts: argparse.Namespace) -> list[Obj]:
     pods = [p for p in kubectl(opts, "pods", *_scope(opts))["items"] if names.opted_in(p)]
     events = specon_events(opts) if pods else []
+    known = manager_jobs(opts) if pods else {}
     rows = []
     for p in sorted(pods, key=lambda p: (_md(p).get("namespace", ""), _md(p).get("name", ""))):
         md, ns = _md(p), str(_md(p).get("namespace", ""))
@@ -149,12 +176,19 @@ def job_rows(opts: argparse.Namespace) -> list[Obj]:
                     since = _event_time(e)
                     break
         chain = lineage(events, ns, str(md.get("name")), str(md.get("uid", "")))
+        at = known.get((ns, str(md.get("name"))))
+        if at is not None and at.get("uid") not in ("", None, md.get("uid")):
+            at = None  # the manager's report is of an earlier pod of that name
+        source = None if since is None else "event"
+        if at is not None and at.get("fresh"):  # the manager's live view is newer
+            category, limit, source = at.get("category"), at.get("limit_cores"), "manager"
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(at["reported"])))
         rows.append({
             "namespace": ns, "name": md.get("name"), "node": (p.get("spec") or {}).get(
                 "nodeName"), "phase": (p.get("status") or {}).get("phase"),
             "category": category, "limit_cores": limit, "limit_since": since,
-            # the manager's prediction is in its memory only (module docstring)
-            "eta": None,
+            "limit_from": source,
+            "eta_s": at["eta_s"] if at is not None and at.get("fresh") else None,
             "moves": len(chain) - 1, "replaced": [n for n, _ in chain[1:]],
             "migratable": (md.get("labels") or {}).get(names.LABEL_MIGRATABLE) == "true",
         })
@@ -226,8 +260,14 @@ def _g(v: float | None) -> str:
 def _age(stamp: str | None, now: float) -> str:
     if not stamp:
         return "-"
-    t = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
-    s = max(0, int(now - t))
+    return _dur(now - calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
+def _dur(seconds: float | None) -> str:
+    """A duration as kubectl shows ages (none below zero)."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
     return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
 
 
@@ -245,7 +285,7 @@ def show_jobs(rows: list[Obj], wide_ns: bool, now: float) -> str:
     out = [[r["name"], r["node"] or "-", r["phase"] or "-", r["category"] or "-",
             "-" if r["limit_since"] is None else (
                 "unlimited" if r["limit_cores"] is None else f"{r['limit_cores']:g}"),
-            _age(r["limit_since"], now), "-", r["moves"]] for r in rows]
+            _age(r["limit_since"], now), _dur(r["eta_s"]), r["moves"]] for r in rows]
     if wide_ns:
         heads.insert(0, "NAMESPACE")
         out = [[r["namespace"], *o] for r, o in zip(rows, out, strict=True)]
@@ -286,9 +326,13 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--kubeconfig", help="the kubeconfig (default: kubectl's)")
     common.add_argument("--context", help="the kubeconfig context")
     common.add_argument("--kubectl", default="kubectl", help=argparse.SUPPRESS)
+    common.add_argument(
+        "--manager", default="specon-system/https:specon-manager:https",
+        help="the manager's Service, NAMESPACE/[SCHEME:]NAME[:PORT], asked for the ETA "
+             "through the API server (needs get services/proxy there); '' not to ask")
     p = argparse.ArgumentParser(
         prog="kubectl specon", description="SpeCon's view of training jobs, from the API.",
-        epilog="ETA is blank: the predicted completion is held only by the manager.")
+        epilog="docs/user-guide.md, 'kubectl specon'.")
     p.add_argument("--version", action="version", version=f"kubectl-specon {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     get = sub.add_parser("get", parents=[common], help="training jobs: category, limit, moves")

@@ -1,6 +1,6 @@
 """``kubectl specon``'s reading of SpeCon's Events (the notes the agent's real LimitNote writes,
 the manager's real Event bodies) and its exit codes; against the real API server:
-test_kubectl_plugin_plane.py."""
+tests/manager/test_kubectl_specon_plane.py."""
 
 from __future__ import annotations
 

@@ -1,20 +1,26 @@
-"""``kubectl specon`` against the real API server: training pods on a KWOK node, the Events the
-agent (its real LimitEvents poster) and the manager (its real event bodies) post about them,
-and the plugin found by the installed kubectl on PATH and run as a process
-(docs/user-guide.md, "kubectl specon")."""
+"""``kubectl specon`` (specon/kubectl_plugin.py) against the real API server: training pods on a
+KWOK node, the Events the agent (its real LimitEvents poster) and the manager (its real event
+bodies) post about them, the real manager process answering through the API server's service
+proxy, and the plugin found by the installed kubectl on PATH and run as a process
+(docs/user-guide.md, "kubectl specon"). Its pure parts: tests/kubectl/."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from managerlib import heartbeat, token
 from planelib import Plane
+from planemanager import ManagerProcess
+from tlslib import issue, make_ca
 
 from specon_agent.events import LimitEvents, LimitNote, kube_sender
 from specon_manager.kube import event_body
@@ -107,7 +113,10 @@ def test_get_describe_and_nodes_show_what_specon_did(
     assert got.returncode == 0, got.stderr
     mine = {r["name"]: r for r in json.loads(got.stdout) if r["namespace"] == ns}
     assert mine["train-b"]["limit_cores"] == 0.5 and mine["train-b"]["replaced"] == ["train-old"]
-    assert mine["train-a"]["eta"] is None and mine["train-a"]["migratable"]
+    assert mine["train-a"]["eta_s"] is None and mine["train-a"]["migratable"]
+    assert mine["train-b"]["limit_from"] == "event"
+    # no manager in this plane: the ETA is blank, and stderr says why
+    assert "ETA left blank: the manager (specon-system/https:specon-manager:https)" in got.stderr
 
     got = specon(plugin_env, "describe", "train-b", "-n", ns, "-o", "json")
     assert got.returncode == 0, got.stderr
@@ -138,3 +147,76 @@ def test_bad_input_is_2_and_a_failure_is_1(
     assert specon(plugin_env, "get", "-n", "x", "-A").returncode == 2
     got = specon(plugin_env, "describe", "no-such-pod", "-n", plane_namespace)
     assert got.returncode == 1 and "no-such-pod" in got.stderr
+
+
+def host_address() -> str | None:
+    """An address of this host that is not loopback (the API server proxies to no loopback
+    endpoint), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("198.51.100.1", 9))  # no packet is sent: this only picks a route
+        except OSError:
+            return None
+        ip = str(s.getsockname()[0])
+    return None if ip.startswith("127.") else ip
+
+
+def test_get_shows_the_managers_live_view_through_the_service_proxy(
+    plane: Plane, plane_namespace: str, plugin_env: dict[str, str], tmp_path: Path
+) -> None:
+    ip = host_address()
+    if ip is None:
+        pytest.skip("this host has no address but loopback: the API server proxies to none")
+    ns = plane_namespace
+    node = plane.add_nodes(1, prefix=f"km{ns[-6:]}")[0]
+    training = {"specon.io/training": "true"}
+    for name in ("train-c", "train-d"):
+        plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(pod(name, node, training)))
+    uid = uids_when_running(plane, ns, {"train-c", "train-d"})
+    ca = make_ca(tmp_path / "tls", "ca")  # HTTPS, as the chart serves it
+    serving = issue(tmp_path / "tls", ca, "manager", "specon-manager", ("IP:127.0.0.1",))
+    manager = ManagerProcess(plane, tmp_path, {token("node-7"): node}, ca_file=ca.cert,
+                             tls_cert_file=serving.cert, tls_key_file=serving.key,
+                             host="0.0.0.0", migration=False)
+    manager.start()
+    try:
+        # what the node's agent reports (its JobReport fields)
+        r = httpx.post(f"{manager.url}/v1/heartbeat", verify=manager.verify, timeout=10,
+                       headers={"Authorization": f"Bearer {token('node-7')}"},
+                       json=heartbeat(node, cpus=4, jobs=[
+            {"namespace": ns, "pod": "train-c", "uid": uid["train-c"], "category": "WC",
+             "limit": 0.25, "predicted_finish_s": 1800.0},
+            {"namespace": ns, "pod": "train-d", "uid": uid["train-d"], "category": "PC",
+             "limit": 0.5}]))  # no prediction yet
+        assert r.status_code == 200, r.text
+        # the manager as the chart runs it: a pod (this host's address as its IP, which the
+        # API server checks before it proxies) behind a Service
+        plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mgr"},
+            "spec": {"schedulerName": "nobody", "containers": [{"name": "m", "image": "x"}]}}))
+        plane.kubectl("patch", "pod", "mgr", "-n", ns, "--subresource=status", "--type=merge",
+                      "-p", json.dumps({"status": {"podIP": ip, "podIPs": [{"ip": ip}]}}))
+        plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "mgr"},
+                 "spec": {"ports": [{"name": "https", "port": 443,
+                                     "targetPort": manager.port}]}},
+                {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "mgr"},
+                 "subsets": [{"addresses": [{"ip": ip, "targetRef": {
+                     "kind": "Pod", "name": "mgr", "namespace": ns}}],
+                              "ports": [{"name": "https", "port": manager.port}]}]}]}))
+        got = specon(plugin_env, "get", "-n", ns, "--manager", f"{ns}/https:mgr:https",
+                     "-o", "json")
+        assert got.returncode == 0, got.stderr
+        assert got.stderr == ""
+        rows = {r["name"]: r for r in json.loads(got.stdout)}
+        assert rows["train-c"]["category"] == "WC" and rows["train-c"]["limit_cores"] == 1.0
+        assert rows["train-c"]["limit_from"] == "manager"
+        assert 1700 < rows["train-c"]["eta_s"] <= 1800
+        assert rows["train-d"]["category"] == "PC" and rows["train-d"]["eta_s"] is None
+        table = specon(plugin_env, "get", "-n", ns, "--manager", f"{ns}/https:mgr:https").stdout
+        row = next(r.split() for r in table.splitlines() if r.startswith("train-c "))
+        assert row[3:5] == ["WC", "1"] and row[6] in ("29m", "30m")
+    finally:
+        manager.terminate()
+        manager.wait_exit()
