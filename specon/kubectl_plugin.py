@@ -212,7 +212,7 @@ def node_rows(opts: argparse.Namespace) -> list[Obj]:
             "cpus": _cores((n.get("status") or {}).get("allocatable", {}).get("cpu")),
             "jobs": len(here), **{c: sum(j["category"] == c for j in here) for c in CATEGORIES},
             "limits_cores": sum(limits) if limits else None,
-            # no limit Event is "not known", not "unlimited" (the agent may not have acted)
+            # neither a report nor a limit Event: "not known", not "unlimited"
             "unlimited": len(known) - len(limits), "unknown": len(here) - len(known),
         })
     return rows
