@@ -1,5 +1,7 @@
 """The manager's status page (``GET /status``): what the Grafana dashboards show, from the
-manager's own live view, for clusters without Grafana. Plain HTML and inline SVG, no script."""
+manager's own live view, for clusters without Grafana. Plain HTML and inline SVG, no script.
+``GET /status/jobs``: its jobs as JSON, for ``kubectl specon`` (through the API server's
+service proxy)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CollectorRegistry
 
 from specon.core.categorize import Category
@@ -228,3 +230,25 @@ def status_page(request: Request) -> HTMLResponse:
     state: ClusterState = request.app.state.cluster
     registry: Any = request.app.state.metrics.registry
     return HTMLResponse(render(state, registry))
+
+
+def jobs(state: ClusterState, now: float | None = None) -> dict[str, Any]:
+    """Every reported job with its category, limit (cores) and predicted finish, as of its
+    node's last heartbeat (``reported``, agent clock; ``time`` is the manager's now)."""
+    out = []
+    for node, j in sorted(state.jobs(fresh_only=False), key=lambda t: (t[1].namespace,
+                                                                        t[1].pod)):
+        hb = state.heartbeat(node)
+        if hb is None:
+            continue
+        out.append({"namespace": j.namespace, "pod": j.pod, "uid": j.uid, "node": node,
+                    "fresh": state.is_fresh(node), "category": j.category.value,
+                    "limit_cores": j.limit * hb.capacity_cpus, "qos": j.qos,
+                    "predicted_finish_s": j.predicted_finish_s, "reported": hb.time})
+    return {"time": time.time() if now is None else now, "jobs": out}
+
+
+@router.get("/status/jobs", tags=["operations"])
+def status_jobs(request: Request) -> JSONResponse:
+    """The status page's jobs as JSON (what ``kubectl specon get`` reads for its ETA)."""
+    return JSONResponse(jobs(request.app.state.cluster))
