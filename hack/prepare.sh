@@ -33,6 +33,7 @@ debian_packages() {
   command -v dockerd >/dev/null 2>&1 || want+=(docker.io)
   command -v busybox >/dev/null 2>&1 || want+=(busybox-static)
   [ -x "${SPECON_CNI_BIN:-/usr/lib/cni}/bridge" ] || want+=(containernetworking-plugins)
+  command -v ipset >/dev/null 2>&1 || want+=(ipset)
   dpkg-query -W -f='${Status}\n' python3-torch 2>/dev/null | grep -q 'install ok installed' \
     || want+=(python3-torch)
   dpkg-query -W -f='${Status}\n' python3-sklearn 2>/dev/null | grep -q 'install ok installed' \
@@ -59,7 +60,8 @@ go_builds() {
   nice -n 19 bash "$ROOT/hack/testplane/build.sh" >/dev/null &&
     nice -n 19 bash "$ROOT/hack/ecosystem/kueue/build.sh" >/dev/null &&
     nice -n 19 bash "$ROOT/hack/ecosystem/kubeflow/build.sh" >/dev/null &&
-    nice -n 19 bash "$ROOT/hack/kube-score/build.sh" >/dev/null
+    nice -n 19 bash "$ROOT/hack/kube-score/build.sh" >/dev/null &&
+    nice -n 19 bash "$ROOT/hack/kube-router/build.sh" >/dev/null
 }
 
 if [ "${SPECON_SKIP_PLANE:-0}" = 1 ] && [ "${CI:-}" != true ]; then
@@ -71,7 +73,7 @@ fi
 # The Go builds are CPU; the packages and the base image's debootstrap are mostly network and
 # disk, so the two lines run side by side.
 (
-  [ "$go" = build ] && step "go builds (plane, kueue, kubeflow)" go_builds
+  [ "$go" = build ] && step "go builds (plane, kueue, kubeflow, kube-score, kube-router)" go_builds
   exit "$failed"
 ) &
 go_pid=$!

@@ -33,6 +33,7 @@ ATTACKS = [("/nope", None), ("/v1/heartbeat", "Bearer " + "x" * 40),
            ("/v1/reallocate", None), ("/filter", None)]
 CONNECTIONS = 500
 STALLED_AGENTS = 5  # of the 500: node-1's own agent, stalling (authenticated: read, then 408)
+MAX_RSS_BYTES = 300 * 10**6  # issue 29: "memory stays under 300 MB"
 
 
 def rss_mib(pid: int) -> float:
@@ -114,8 +115,11 @@ def test_stalled_unauthenticated_bodies_hold_neither_memory_nor_connections(
         socks = list(pool.map(lambda i: open_and_stall(port, i), range(CONNECTIONS)))
     try:
         time.sleep(1.5)  # still within the body timeout
-        grown = rss_mib(pid) - before
+        rss = rss_mib(pid)
+        grown = rss - before
         assert grown < 100, f"the manager's RSS grew {grown:.0f} MiB with 500 stalled bodies"
+        # The issue's "done when": under 300 MB in all, with 500 stalled connections.
+        assert rss * 2**20 < MAX_RSS_BYTES, f"the manager's RSS is {rss:.0f} MiB"
         # An agent is still served meanwhile, at once.
         start = time.monotonic()
         with httpx.Client(base_url=url, timeout=20) as c:
