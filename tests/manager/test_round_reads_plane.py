@@ -34,8 +34,12 @@ from planemanager import Api, wait_for
 
 from specon.wire import Heartbeat
 from specon_manager.kube import Kube
+from specon_manager.metrics import ManagerMetrics
+from specon_manager.migration.context import PhaseContext
 from specon_manager.service import Service, build
 from specon_manager.settings import ManagerSettings
+from specon_manager.state import ClusterState
+from specon_manager.watch_cache import WatchCache
 
 pytestmark = [pytest.mark.plane, pytest.mark.slow]
 
@@ -215,3 +219,80 @@ def test_round_reads_do_not_grow_with_pods_and_jobs_outside_specon(
         for what in ("requests", "objects", "server_fetched"):
             assert a[what] <= 1.1 * b[what] + SLACK[what], (
                 f"{p}: {what} per round grew with the objects outside SpeCon: {report}")
+
+
+def bare_pod(name: str, migratable: bool) -> dict[str, Any]:
+    labels = {"specon.io/migratable": "true"} if migratable else {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+            "spec": {"schedulerName": "nobody",
+                     "containers": [{"name": "main", "image": "other:local"}]}}
+
+
+def names_in(cache: WatchCache, ns: str) -> set[str]:
+    return {p["metadata"]["name"] for p in cache.items() if p["metadata"]["namespace"] == ns}
+
+
+def test_the_pod_cache_follows_the_api_and_resumes_its_watch_without_listing_again(
+        plane: Plane, plane_namespace: str) -> None:
+    """The API server ends each watch after ``watch_timeout_s`` (1 s here): the cache goes on
+    from the last version it saw, listing only once, and holds exactly the migratable pods."""
+    ns = plane_namespace
+    plane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(bare_pod("a", True)))
+    kube = Kube.from_kubeconfig(plane.kubeconfig)
+    cache = WatchCache(kube, f"/api/v1/namespaces/{ns}/pods", "pods", watch_timeout_s=1,
+                       labelSelector="specon.io/migratable=true")
+    cache.start()
+    try:
+        assert cache.wait_current(30)
+        assert names_in(cache, ns) == {"a"}
+        time.sleep(3)  # two or three watches ended by the server and resumed
+        for name, migratable in (("b", True), ("c", False)):
+            plane.kubectl("create", "-n", ns, "-f", "-",
+                          input=json.dumps(bare_pod(name, migratable)))
+        wait_for("pod b in the cache", lambda: names_in(cache, ns) == {"a", "b"}, 30)
+        plane.kubectl("delete", "-n", ns, "pod", "a", "--grace-period=0", "--force")
+        wait_for("pod a gone from the cache", lambda: names_in(cache, ns) == {"b"}, 30)
+        assert cache.lists == 1 and cache.current
+    finally:
+        cache.stop()
+        kube.close()
+
+
+class GoneOnce(Kube):
+    """Fault injection, named as such: the first watch is answered with the ERROR event (410
+    Gone) the API server sends when a version is older than it keeps, which it cannot be made
+    to send on demand; every other request is the real API server's."""
+
+    gone = False
+
+    def watch(self, path: str, resource_version: str, timeout_s: int = 300,
+              on_open: Any = None, **params: str) -> Iterator[dict[str, Any]]:
+        if not self.gone:
+            self.gone = True
+            yield {"type": "ERROR", "object": {"kind": "Status", "code": 410,
+                                               "reason": "Expired", "message": "too old"}}
+            return
+        yield from super().watch(path, resource_version, timeout_s, on_open, **params)
+
+
+def test_a_version_too_old_lists_again_and_reads_go_to_the_api_until_then(
+        plane: Plane, plane_namespace: str) -> None:
+    ns = plane_namespace
+    plane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(bare_pod("a", True)))
+    kube = GoneOnce.from_kubeconfig(plane.kubeconfig)
+    cache = WatchCache(kube, f"/api/v1/namespaces/{ns}/pods", "pods",
+                       labelSelector="specon.io/migratable=true")
+    # Not started: not current, so the controller's reads go to the API server.
+    settings = ManagerSettings(kubernetes=False, leader_election=False)
+    ctx = PhaseContext(kube, ClusterState(stale_after_s=30), settings, ManagerMetrics())
+    ctx.pods = cache
+    assert "a" in {p["metadata"]["name"] for p in ctx.migratable_pods()}
+    cache.start()
+    try:
+        wait_for("a second list after 410 Gone", lambda: cache.lists == 2 and cache.current, 30)
+        plane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(bare_pod("b", True)))
+        wait_for("pod b in the cache", lambda: names_in(cache, ns) == {"a", "b"}, 30)
+        assert {"a", "b"} <= {p["metadata"]["name"] for p in ctx.migratable_pods()}
+    finally:
+        cache.stop()
+        kube.close()
