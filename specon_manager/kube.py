@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import os
 import socket
 import ssl
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ FENCED = 1  # KubeError.status of a write refused here: this replica no longer h
 #: each after its Retry-After, at most RETRY_AFTER_MAX_S (client-go waits the same way).
 RETRY_429 = 3
 RETRY_AFTER_MAX_S = 10.0
+Items = list[dict[str, Any]]  # a list's items (the name ``list`` is a method inside Kube)
 
 
 class KubeError(Exception):
@@ -221,6 +223,51 @@ class Kube:
     def list(self, path: str, **params: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = self._call("GET", path, params=params or None)["items"]
         return out
+
+    def list_with_version(self, path: str, **params: str) -> tuple[Items, str]:
+        """The items and the list's ``resourceVersion`` (where a watch goes on from)."""
+        out = self._call("GET", path, params=params or None)
+        return out["items"], str((out.get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch(self, path: str, resource_version: str, timeout_s: int = 300,
+              on_open: Callable[[], None] | None = None,
+              **params: str) -> Iterator[dict[str, Any]]:
+        """The watch events (``{"type": ..., "object": ...}``) on ``path`` after
+        ``resource_version``, with bookmarks, until the API server ends the watch (after about
+        ``timeout_s``). ``on_open`` is called once the API server has accepted the watch. A
+        refusal is a :class:`KubeError`, and so is a broken stream; an ``ERROR`` event (410
+        Gone: the version is too old) is yielded as it comes."""
+        query = {**params, "watch": "1", "resourceVersion": resource_version,
+                 "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s)}
+        try:
+            token = self.auth.token()
+        except CredentialError as exc:
+            raise KubeError(TRANSPORT, "NoCredentials", f"WATCH {path}: {exc}") from exc
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # Events may be minutes apart: only the server's own end of the watch bounds a read.
+        timeout = httpx.Timeout(self._http.timeout.connect or 15.0, read=timeout_s + 30.0)
+        try:
+            with self._http.stream("GET", path, params=query, headers=headers,
+                                   extensions=self._extensions, timeout=timeout) as resp:
+                if resp.status_code >= 400:
+                    if resp.status_code == 401:
+                        self.auth.expire()  # the next watch goes with a fresh token
+                    resp.read()
+                    try:
+                        status = resp.json()
+                    except ValueError:
+                        status = {}
+                    raise KubeError(resp.status_code, status.get("reason", ""),
+                                    status.get("message", resp.text))
+                if on_open is not None:
+                    on_open()
+                for line in resp.iter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.HTTPError as exc:
+            raise KubeError(TRANSPORT, type(exc).__name__, f"WATCH {path}: {exc}") from exc
+        except ValueError as exc:
+            raise KubeError(TRANSPORT, "BadBody", f"WATCH {path}: not JSON: {exc}") from exc
 
     def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = self._call("POST", path, body)

@@ -9,16 +9,20 @@ This replaces Algorithm 4's requests and Algorithm 5's rounds under that policy.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from specon.core.move_cost import job_cost
 from specon.core.progress import PlannedMove, plan_moves
 from specon.core.qos_rules import migration_hold
-from specon.wire import LABEL_MIGRATABLE
 from specon_manager.job_keys import pod_key
 from specon_manager.kube import Kube, annotations_of, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics
-from specon_manager.migration import A_MOVE_COST, MigrationController, parent_of, why_not_movable
+from specon_manager.migration import (
+    A_MOVE_COST,
+    MigrationController,
+    owner_of,
+    parent_of,
+    why_not_movable,
+)
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
 
@@ -42,12 +46,8 @@ class MovePlanner:
             return []
         cordoned = self.controller.cordoned()
         nodes = self.state.node_loads(n for n in self.state.fresh_nodes() if n not in cordoned)
-        pods = {pod_key(meta(p)["namespace"], meta(p)["name"]): p for p in self.kube.list(
-            "/api/v1/pods", labelSelector=f"{LABEL_MIGRATABLE}=true")}
-        jobs: dict[str, dict[str, Any]] = {}
-        if any(controller_ref(p) for p in pods.values()):
-            jobs = {f"{meta(j)['namespace']}/{meta(j)['name']}": j
-                    for j in self.kube.list("/apis/batch/v1/jobs")}
+        pods = {pod_key(meta(p)["namespace"], meta(p)["name"]): p
+                for p in self.controller.migratable_pods()}
         movable = set()
         cost: dict[str, float] = {}
         for node, rep in self.state.jobs():
@@ -55,8 +55,9 @@ class MovePlanner:
             pod = pods.get(key)
             if pod is None or (pod.get("spec") or {}).get("nodeName") != node:
                 continue
+            # Its owner by name: a read per reported job, never a list of the cluster's Jobs.
             ref = controller_ref(pod)
-            job = jobs.get(f"{rep.namespace}/{ref.get('name')}") if ref else None
+            job = owner_of(self.kube, pod) if ref else None
             # Its own measured cost (on the object that outlives its pods), else the default.
             own = job_cost(annotations_of((job or {}) if ref else pod).get(A_MOVE_COST),
                            self.settings.migration_cost_s)

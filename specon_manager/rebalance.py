@@ -18,7 +18,7 @@ from typing import Any
 from specon.core.categorize import Category
 from specon.core.qos_rules import migration_hold
 from specon.core.rebalance import Move, PlacedJob, plan_rebalance
-from specon.wire import LABEL_MIGRATABLE, JobReport
+from specon.wire import JobReport
 from specon_manager.job_keys import ANNOTATION_MIGRATION_ID, pod_key
 from specon_manager.kube import Kube, annotations_of, controller_ref, meta
 from specon_manager.metrics import ManagerMetrics
@@ -90,8 +90,8 @@ class Rebalancer:
                 self._converged_since.pop(key, None)
         for key in set(self._converged_since) - seen:
             del self._converged_since[key]
-        pods = {pod_key(meta(p)["namespace"], meta(p)["name"]): p for p in self.kube.list(
-            "/api/v1/pods", labelSelector=f"{LABEL_MIGRATABLE}=true")}
+        pods = {pod_key(meta(p)["namespace"], meta(p)["name"]): p
+                for p in self.controller.migratable_pods()}
         owners: dict[str, dict[str, Any] | None] = {}  # per owned pod: its controller
         parents: dict[str, dict[str, Any] | None] = {}  # and that one's (a Job's JobSet)
         if self._settling(reported, pods, now):

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from specon.core.policy import lookup
 from specon.core.scoring import Weights
+from specon.wire import LABEL_MIGRATABLE
 from specon_manager.app import create_app
 from specon_manager.identity import TOKENREVIEW_PATH, TokenReviewer
 from specon_manager.kube import Kube, KubeError, event_body, events_path, meta, pod_path
@@ -29,31 +30,23 @@ from specon_manager.review_limit import ReviewLimiter
 from specon_manager.settings import ManagerSettings
 from specon_manager.shutdown_handover import hand_over_gated
 from specon_manager.state import ClusterState
+from specon_manager.watch_cache import WatchCache
 
 log = logging.getLogger(__name__)
 
 
 class NodeCache:
-    """The cluster's node names, refreshed in the background; ``exists`` says None while the
-    list is unknown, so that a heartbeat is never refused for want of an answer."""
+    """Whether a node exists, from the node watch cache: None (cannot tell) until it is
+    listed and whenever its watch is down and the name is not in the copy, so that a heartbeat
+    is never refused for want of an answer. No API request per name, known or not."""
 
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
-        self._names: frozenset[str] | None = None
-
-    def refresh(self) -> None:
-        self._names = frozenset(n["metadata"]["name"] for n in self.kube.list("/api/v1/nodes"))
+    def __init__(self, nodes: WatchCache) -> None:
+        self.nodes = nodes
 
     def exists(self, name: str) -> bool | None:
-        if self._names is None:
-            return None
-        if name in self._names:
+        if self.nodes.get(name) is not None:
             return True
-        try:  # a node added since the last refresh
-            self.refresh()
-        except (KubeError, OSError):
-            return None
-        return name in self._names
+        return False if self.nodes.current else None
 
 
 class Service:
@@ -86,8 +79,12 @@ class Service:
         self.rebalancer: Rebalancer | MovePlanner | None = None
         self.elector: LeaseElector | None = None
         self.nodes: NodeCache | None = None
+        #: The watch caches the rounds read (docs/manager.md, "What the manager reads").
+        self.caches: list[WatchCache] = []
         if kube is not None:
-            self.nodes = NodeCache(kube)
+            node_cache = WatchCache(kube, "/api/v1/nodes", "nodes")
+            self.caches.append(node_cache)
+            self.nodes = NodeCache(node_cache)
             writer = kube
             if settings.leader_election:
                 identity = settings.identity or os.environ.get("POD_NAME") or (
@@ -106,6 +103,11 @@ class Service:
                 rounds = ROUNDS[lookup(settings.policy).moves]
                 if rounds is not None and (rounds is not Rebalancer or settings.rebalance):
                     self.rebalancer = rounds(writer, state, self.controller, settings, metrics)
+                    self.controller.pods = WatchCache(
+                        kube, "/api/v1/pods", "migratable-pods",
+                        labelSelector=f"{LABEL_MIGRATABLE}=true")
+                    self.caches.append(self.controller.pods)
+                self.controller.nodes = node_cache
         self.period = settings.reconcile_period_s
         self.stale_s = settings.loop_stale_s or 2 * self.period
         self.leading = False
@@ -126,6 +128,8 @@ class Service:
         if self.kube is None:
             return
         self.started_at = self.clock()
+        for cache in self.caches:
+            cache.start()
         if self.elector is not None:
             self._lease_thread = threading.Thread(target=self._renew_loop, name="specon-lease",
                                                   daemon=True)
@@ -136,6 +140,8 @@ class Service:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        for cache in self.caches:
+            cache.stop()
         for t in (self._thread, self._lease_thread):
             if t is not None:
                 t.join(10)
@@ -288,7 +294,7 @@ class Service:
     # -- the loop ---------------------------------------------------------------------------
     def _run(self) -> None:
         s = self.settings
-        due = {"nodes": 0.0, "rebalance": 0.0}
+        due = {"rebalance": 0.0}
         while not self._stop.is_set():
             try:
                 self._pass(due)
@@ -319,9 +325,6 @@ class Service:
                 self._hand_over = False
         if not self.leading and (self.elector is None or self.elector.holds()):
             self._lead()
-        if self.nodes is not None and now - due["nodes"] > 30:
-            self.nodes.refresh()
-            due["nodes"] = now
         if self.leading and self.controller is not None:
             self.controller.reconcile()
         if (self.leading and self.rebalancer is not None

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from specon.core.policy import lookup
+from specon.wire import LABEL_MIGRATABLE
 from specon_manager.kube import (
     Kube,
     KubeError,
@@ -26,6 +27,7 @@ from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration.record import A_MIGRATION, L_MIGRATING, Migration
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
+from specon_manager.watch_cache import WatchCache
 
 #: One logger for every part of the migration (its name predates the split into modules).
 log = logging.getLogger("specon_manager.migration")
@@ -57,6 +59,10 @@ class PhaseContext:
         self.evictions_sent: set[str] = set()
         #: Test hook: called with a phase name after the record of that phase is written.
         self.after_phase: Callable[[str], None] | None = None
+        #: The watch caches of the nodes and of the migratable pods (specon_manager.service
+        #: starts them); while one is not current, its reads go to the API server.
+        self.nodes: WatchCache | None = None
+        self.pods: WatchCache | None = None
 
     # -- what the phases read --------------------------------------------------------------------
     def in_flight(self) -> list[Migration]:
@@ -68,10 +74,27 @@ class PhaseContext:
             return {n for m in self.migrations.values() for n in (m.source, m.target)}
 
     def cordoned(self) -> set[str]:
-        """Nodes marked unschedulable: never a target (asked at each decision, so a cordon is
-        seen at once; the field selector keeps the answer small)."""
+        """Nodes marked unschedulable: never a target (from the node cache, current within a
+        watch event; without it, asked with a field selector that keeps the answer small)."""
+        if self.nodes is not None and self.nodes.current:
+            return {meta(n)["name"] for n in self.nodes.items()
+                    if (n.get("spec") or {}).get("unschedulable")}
         return {meta(n)["name"] for n in self.kube.list(
             "/api/v1/nodes", fieldSelector="spec.unschedulable=true")}
+
+    def all_nodes(self, **params: str) -> list[dict[str, Any]]:
+        """The nodes (from the node cache; without it, listed with ``params``, which only
+        narrow the answer: the caller judges each node itself)."""
+        if self.nodes is not None and self.nodes.current:
+            return self.nodes.items()
+        return self.kube.list("/api/v1/nodes", **params)
+
+    def migratable_pods(self) -> list[dict[str, Any]]:
+        """Every pod labelled ``specon.io/migratable=true``, cluster-wide: what the rounds plan
+        on (from the pod cache; without it, listed with that label selector)."""
+        if self.pods is not None and self.pods.current:
+            return self.pods.items()
+        return self.kube.list("/api/v1/pods", labelSelector=f"{LABEL_MIGRATABLE}=true")
 
     # -- what the phases write -------------------------------------------------------------------
     def set(self, m: Migration, **changes: Any) -> Migration:

@@ -141,11 +141,10 @@ def fitting_nodes(ctx: PhaseContext, pod: dict[str, Any]) -> set[str] | None:
         "requiredDuringSchedulingIgnoredDuringExecution")
     if not selector and not affinity:
         return None
-    # The node selector narrows the list on the server; fits() judges the rest.
+    # The node selector narrows a list on the server; fits() judges every node.
     params = {"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(
         selector.items()))} if selector else {}
-    return {meta(n)["name"] for n in ctx.kube.list("/api/v1/nodes", **params)
-            if fits(spec, n)}
+    return {meta(n)["name"] for n in ctx.all_nodes(**params) if fits(spec, n)}
 
 
 def qos_hold(ctx: PhaseContext, pod: dict[str, Any], cost_s: float | None = None) -> str | None:

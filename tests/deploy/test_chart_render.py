@@ -383,7 +383,8 @@ def test_pod_writes_are_bound_only_in_the_training_namespaces(
     # the manager's cluster-wide role reads, and writes nothing but TokenReviews
     wide = one(objs, "ClusterRole", "specon-manager")
     for rule in wide["rules"]:
-        assert set(rule["verbs"]) <= {"get", "list"} or rule["resources"] == ["tokenreviews"]
+        assert set(rule["verbs"]) <= {"get", "list", "watch"} or rule["resources"] == [
+            "tokenreviews"]
     objs = docs(render(plane_bin, home, {"manager.trainingNamespaces": ["*"]}))
     assert one(objs, "ClusterRoleBinding", "specon-manager-writer")
 

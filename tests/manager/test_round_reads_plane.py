@@ -1,0 +1,298 @@
+"""What a planning round costs the API server does not grow with the pods and Jobs outside
+SpeCon (issue 31): the real manager's rounds (Algorithm 5's rebalancer and the progress
+policy's move planner, built as ``specon-manager`` builds them) against the real API server,
+first with no unrelated objects, then with 2,000 unrelated pods and 500 unrelated Jobs.
+
+Per round, within 10% of the first measure: the requests the manager sends, the objects their
+answers carry, and the objects the API server went through to answer its lists (the API
+server's ``apiserver_cache_list_fetched_objects_total`` and
+``apiserver_storage_list_fetched_objects_total``). The API server's request metrics do not say
+which client asked (``apiserver_request_total`` has no user or user-agent label, and the plane
+runs without priority and fairness), so requests are counted at the manager's own client; the
+fetched-objects metrics are the API server's (every client's lists: see ``SLACK``).
+
+Before the watch caches (2026-11-26), per round with none -> with the unrelated objects:
+the rebalancer sent 4 -> 4 requests carrying 4 -> 4 objects, and the API server went through
+2 -> 2,002 objects for them; the move planner 3 -> 3 requests, 4 -> 504 objects (it listed
+every Job), 4 -> 2,504 gone through. With them: 2 -> 2 requests (each job's owner, by name),
+2 -> 2 objects, 0 -> 0 gone through, for both."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from managerlib import heartbeat, job
+from planelib import Plane
+from planemanager import Api, wait_for
+
+from specon.wire import Heartbeat
+from specon_manager.kube import Kube
+from specon_manager.metrics import ManagerMetrics
+from specon_manager.migration.context import PhaseContext
+from specon_manager.service import Service, build
+from specon_manager.settings import ManagerSettings
+from specon_manager.state import ClusterState
+from specon_manager.watch_cache import WatchCache
+
+pytestmark = [pytest.mark.plane, pytest.mark.slow]
+
+UNRELATED_PODS = 2000
+UNRELATED_JOBS = 500
+ROUNDS = 5
+#: Algorithm 5's rounds (the Rebalancer) and the progress-aware move planner (MovePlanner).
+POLICIES = ("paper", "progress")
+#: Families of the API server's metrics on what its lists went through, by resource.
+FETCHED = ("apiserver_cache_list_fetched_objects_total",
+           "apiserver_storage_list_fetched_objects_total")
+RESOURCES = ("pods", "jobs", "nodes")
+RESOURCE_LABEL = re.compile(r'resource(_prefix)?="/?(' + "|".join(RESOURCES) + ')"')
+#: Beyond the 10%: none for what the manager's client counts; for the API server's metric, which
+#: counts every client's lists, 100 objects a round (a namespace of an earlier test being
+#: deleted lists its pods), far below the 2,000 pods and 500 Jobs a round that listing them
+#: went through before the caches.
+SLACK = {"requests": 0.0, "objects": 0.0, "server_fetched": 100.0}
+
+
+class CountingKube(Kube):
+    """The manager's real client, counting each request it sends and the objects its answers
+    carry (a list's items; one for any other answer), and each watch event it receives."""
+
+    calls: list[tuple[str, str, int]]
+    events: dict[str, int]
+
+    def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None,
+              params: dict[str, str] | None = None) -> Any:
+        out = super()._call(method, path, body, content_type, params)
+        items = out.get("items") if isinstance(out, dict) else None
+        self.calls.append((method, path, len(items) if isinstance(items, list) else 1))
+        return out
+
+    def watch(self, path: str, resource_version: str, timeout_s: int = 300,
+              on_open: Any = None, **params: str) -> Iterator[dict[str, Any]]:
+        self.calls.append(("WATCH", path, 0))
+        for event in super().watch(path, resource_version, timeout_s, on_open, **params):
+            self.events[path] += 1
+            yield event
+
+
+def server_fetched(api: Api) -> float:
+    """The objects the API server went through for lists of pods, Jobs and nodes, so far."""
+    text = api.http.get("/metrics").text
+    total = 0.0
+    for line in text.splitlines():
+        name = line.split("{", 1)[0]
+        if name in FETCHED and RESOURCE_LABEL.search(line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def specon_jobs(plane: Plane, ns: str, nodes: list[str]) -> dict[str, dict[str, Any]]:
+    """One migratable Job per node (a pod pinned there, running under KWOK): node -> pod."""
+    for i, node in enumerate(nodes):
+        plane.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"train-{i}"},
+            "spec": {"podReplacementPolicy": "Failed", "backoffLimit": 0,
+                     "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [
+                         {"type": "DisruptionTarget"}]}]},
+                     "template": {"metadata": {"labels": {"specon.io/training": "true",
+                                                          "specon.io/migratable": "true"}},
+                                  "spec": {"restartPolicy": "Never",
+                                           "nodeSelector": {"kubernetes.io/hostname": node},
+                                           "containers": [{"name": "main",
+                                                           "image": "train:local"}]}}}}))
+    api = Api(plane)
+    try:
+        def running() -> dict[str, dict[str, Any]] | None:
+            pods = [p for p in api.pods(ns) if p["status"].get("phase") == "Running"]
+            return {p["spec"]["nodeName"]: p for p in pods} if len(pods) == len(nodes) else None
+
+        out: dict[str, dict[str, Any]] = wait_for("the training pods running", running, 120)
+    finally:
+        api.close()
+    return out
+
+
+def unrelated(plane: Plane, ns: str) -> None:
+    """2,000 pods no scheduler picks and 500 suspended Jobs, none SpeCon's, created by four
+    kubectl processes at once (each a List of a quarter of them)."""
+    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"other-{i}",
+                                                            "labels": {"app": "other"}},
+             "spec": {"schedulerName": "nobody", "containers": [
+                 {"name": "main", "image": "other:local"}]}} for i in range(UNRELATED_PODS)]
+    jobs = [{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"other-{i}"},
+             "spec": {"suspend": True, "template": {"spec": {
+                 "restartPolicy": "Never",
+                 "containers": [{"name": "main", "image": "other:local"}]}}}}
+            for i in range(UNRELATED_JOBS)]
+    objs = pods + jobs
+    procs = []
+    for part in range(4):
+        items = objs[part::4]
+        procs.append(subprocess.Popen(
+            ["kubectl", f"--kubeconfig={plane.kubeconfig}", "create", "-n", ns, "-f", "-",
+             "-o", "name"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True))
+        assert procs[-1].stdin is not None
+        procs[-1].stdin.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        procs[-1].stdin.close()
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
+
+
+def manager(plane: Plane, policy: str, reports: dict[str, dict[str, Any]],
+            ns: str) -> tuple[Service, CountingKube]:
+    """The manager's service for ``policy`` (its loop idle after its first pass: the test
+    drives the rounds), its client counting, and a fresh heartbeat from each node."""
+    kube = CountingKube.from_kubeconfig(plane.kubeconfig)
+    kube.calls, kube.events = [], defaultdict(int)
+    settings = ManagerSettings(kubernetes=False, policy=policy, leader_election=False,
+                               reconcile_period_s=3600, rebalance_period_s=3600,
+                               heartbeat_interval_s=600, verify_reported_pods=False)
+    _, service = build(settings, kube)
+    for node, pod in reports.items():
+        service.state.record(Heartbeat.model_validate(heartbeat(node, [
+            job(pod["metadata"]["name"], "PC", namespace=ns, uid=pod["metadata"]["uid"],
+                work_s=600.0, checkpointable=True)], cpus=4)))
+    service.start()
+    wait_for("the first pass", lambda: service.last_pass is not None, 60)
+    for cache in service.caches:
+        assert cache.wait_current(30), f"watch cache {cache.name} not current"
+    return service, kube
+
+
+def measure(service: Service, kube: CountingKube, api: Api) -> dict[str, float]:
+    """Per round, over ROUNDS rounds: requests sent, objects received, objects the API server
+    went through for lists."""
+    assert service.rebalancer is not None
+    first, fetched = len(kube.calls), server_fetched(api)
+    for _ in range(ROUNDS):
+        assert service.rebalancer.run_once() == []  # nothing to move: the layout is even
+    calls = kube.calls[first:]
+    return {"requests": len(calls) / ROUNDS,
+            "objects": sum(n for _, _, n in calls) / ROUNDS,
+            "server_fetched": (server_fetched(api) - fetched) / ROUNDS}
+
+
+def test_round_reads_do_not_grow_with_pods_and_jobs_outside_specon(
+        plane: Plane, plane_namespace: str) -> None:
+    nodes = plane.add_nodes(2, prefix="reads-node")
+    reports = specon_jobs(plane, plane_namespace, nodes)
+    api = Api(plane)
+    running = [manager(plane, p, reports, plane_namespace) for p in POLICIES]
+    other = f"{plane_namespace}-other"
+    plane.kubectl("create", "namespace", other)
+    try:
+        before = [measure(s, k, api) for s, k in running]
+        events = [sum(k.events.values()) for _, k in running]
+        started = time.monotonic()
+        unrelated(plane, other)
+        created_s = time.monotonic() - started
+        after = [measure(s, k, api) for s, k in running]
+        seen = [sum(k.events.values()) - e for (_, k), e in zip(running, events, strict=True)]
+        for s, _ in running:  # the caches hold SpeCon's pods, and every node, as the API does
+            assert s.controller is not None and s.controller.pods is not None
+            assert {p["metadata"]["name"] for p in s.controller.pods.items()
+                    if p["metadata"]["namespace"] == plane_namespace} == {
+                p["metadata"]["name"] for p in reports.values()}
+            assert s.nodes is not None and all(s.nodes.exists(n) for n in nodes)
+            assert s.nodes.exists("no-such-node") is False
+    finally:
+        for s, k in running:
+            s.stop()
+            k.close()
+        api.close()
+        plane.kubectl("delete", "namespace", other, "--wait=false", check=False)
+        plane.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+    report = {p: {"before": b, "after": a, "watch events while creating": n}
+              for p, b, a, n in zip(POLICIES, before, after, seen, strict=True)}
+    print(f"created {UNRELATED_PODS} pods and {UNRELATED_JOBS} Jobs in {created_s:.0f} s; "
+          f"per round: {json.dumps(report, indent=1)}")
+    for p, b, a in zip(POLICIES, before, after, strict=True):
+        assert b["requests"] > 0, f"{p}: the rounds sent no request: nothing was measured"
+        for what in ("requests", "objects", "server_fetched"):
+            assert a[what] <= 1.1 * b[what] + SLACK[what], (
+                f"{p}: {what} per round grew with the objects outside SpeCon: {report}")
+
+
+def bare_pod(name: str, migratable: bool) -> dict[str, Any]:
+    labels = {"specon.io/migratable": "true"} if migratable else {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+            "spec": {"schedulerName": "nobody",
+                     "containers": [{"name": "main", "image": "other:local"}]}}
+
+
+def names_in(cache: WatchCache, ns: str) -> set[str]:
+    return {p["metadata"]["name"] for p in cache.items() if p["metadata"]["namespace"] == ns}
+
+
+def test_the_pod_cache_follows_the_api_and_resumes_its_watch_without_listing_again(
+        plane: Plane, plane_namespace: str) -> None:
+    """The API server ends each watch after ``watch_timeout_s`` (1 s here): the cache goes on
+    from the last version it saw, listing only once, and holds exactly the migratable pods."""
+    ns = plane_namespace
+    plane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(bare_pod("a", True)))
+    kube = Kube.from_kubeconfig(plane.kubeconfig)
+    cache = WatchCache(kube, f"/api/v1/namespaces/{ns}/pods", "pods", watch_timeout_s=1,
+                       labelSelector="specon.io/migratable=true")
+    cache.start()
+    try:
+        assert cache.wait_current(30)
+        assert names_in(cache, ns) == {"a"}
+        time.sleep(3)  # two or three watches ended by the server and resumed
+        for name, migratable in (("b", True), ("c", False)):
+            plane.kubectl("create", "-n", ns, "-f", "-",
+                          input=json.dumps(bare_pod(name, migratable)))
+        wait_for("pod b in the cache", lambda: names_in(cache, ns) == {"a", "b"}, 30)
+        plane.kubectl("delete", "-n", ns, "pod", "a", "--grace-period=0", "--force")
+        wait_for("pod a gone from the cache", lambda: names_in(cache, ns) == {"b"}, 30)
+        assert cache.lists == 1 and cache.current
+    finally:
+        cache.stop()
+        kube.close()
+
+
+class GoneOnce(Kube):
+    """Fault injection, named as such: the first watch is answered with the ERROR event (410
+    Gone) the API server sends when a version is older than it keeps, which it cannot be made
+    to send on demand; every other request is the real API server's."""
+
+    gone = False
+
+    def watch(self, path: str, resource_version: str, timeout_s: int = 300,
+              on_open: Any = None, **params: str) -> Iterator[dict[str, Any]]:
+        if not self.gone:
+            self.gone = True
+            yield {"type": "ERROR", "object": {"kind": "Status", "code": 410,
+                                               "reason": "Expired", "message": "too old"}}
+            return
+        yield from super().watch(path, resource_version, timeout_s, on_open, **params)
+
+
+def test_a_version_too_old_lists_again_and_reads_go_to_the_api_until_then(
+        plane: Plane, plane_namespace: str) -> None:
+    ns = plane_namespace
+    plane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(bare_pod("a", True)))
+    kube = GoneOnce.from_kubeconfig(plane.kubeconfig)
+    cache = WatchCache(kube, f"/api/v1/namespaces/{ns}/pods", "pods",
+                       labelSelector="specon.io/migratable=true")
+    # Not started: not current, so the controller's reads go to the API server.
+    settings = ManagerSettings(kubernetes=False, leader_election=False)
+    ctx = PhaseContext(kube, ClusterState(stale_after_s=30), settings, ManagerMetrics())
+    ctx.pods = cache
+    assert "a" in {p["metadata"]["name"] for p in ctx.migratable_pods()}
+    cache.start()
+    try:
+        wait_for("a second list after 410 Gone", lambda: cache.lists == 2 and cache.current, 30)
+        plane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(bare_pod("b", True)))
+        wait_for("pod b in the cache", lambda: names_in(cache, ns) == {"a", "b"}, 30)
+        assert {"a", "b"} <= {p["metadata"]["name"] for p in ctx.migratable_pods()}
+    finally:
+        cache.stop()
+        kube.close()
