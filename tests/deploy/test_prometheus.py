@@ -232,11 +232,11 @@ def test_prometheus_scrapes_manager_and_agent(services: Services) -> None:
         _wait("prometheus ready", lambda: "Ready" in _get(f"{prom}/-/ready"), proc=proc)
         _wait("both targets up", lambda: len(_query(prom, "up == 1")) == 2, timeout=30, proc=proc)
         # The main series, as the dashboards query them.
-        assert _query(prom, 'specon_heartbeats_total{result="accepted"} >= 1')
-        assert _query(prom, 'sum by (category) (specon_jobs{category="PC"}) == 1')
+        assert _query(prom, 'specon_manager_heartbeats_total{result="accepted"} >= 1')
+        assert _query(prom, 'sum by (category) (specon_manager_jobs{category="PC"}) == 1')
         for verb in ("filter", "prioritize"):
-            assert _query(prom, f'specon_extender_request_duration_seconds_count{{verb="{verb}"}}'
-                                ' >= 1')
+            assert _query(prom, "specon_manager_extender_request_duration_seconds_count"
+                                f'{{verb="{verb}"}} >= 1')
         assert _query(prom, f'specon_agent_node_cpus{{node="{NODE}"}} > 0')
         losses = _wait("a loss series", lambda: _query(prom, "specon_agent_job_loss"),
                        timeout=30, proc=proc)
