@@ -138,7 +138,7 @@ class ManagerMetrics:
             "specon_manager_fenced_writes_total",
             "Controller writes refused before they were sent: this replica had not renewed "
             "the leader Lease within its renew deadline.", registry=r)
-        # The names before the specon_manager_ prefix (0.x; docs/upgrades.md).
+        # Each also under its name before the specon_manager_ prefix, until the next release.
         for metric in [m for m in vars(self).values() if isinstance(m, MetricWrapperBase)]:
             new = next(iter(metric.describe())).name
             deprecated_alias(r, metric, "specon_" + new.removeprefix("specon_manager_"))
