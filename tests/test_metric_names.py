@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from specon.metric_names import DEPRECATED, deprecated_alias
@@ -77,7 +78,7 @@ def _families(owner: Any) -> dict[str, Any]:
             if not f.name.endswith("_created")}
 
 
-def _exposed(fam: Any) -> str:
+def _exposed(fam: Metric) -> str:
     return fam.name + ("_total" if fam.type == "counter" else "")
 
 
