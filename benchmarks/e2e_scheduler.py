@@ -18,10 +18,10 @@ the last, and the manager's CPU meanwhile. Both get the same configuration other
 printed at the start: client QPS 1,000 and burst 2,000 (so the API client's rate limit is not
 what is measured), no leader election, ``percentageOfNodesToScore`` as given (default: unset,
 kube-scheduler's adaptive default in both). The arms alternate, ``--repeats`` times each.
-Prints the manager's extender latency histogram (``specon_extender_request_duration_seconds``)
-and the scheduler's own mean scheduling-algorithm time per attempt
-(``scheduler_scheduling_algorithm_duration_seconds``, the extender's calls included), read
-from its ``/metrics``, which it serves unauthenticated here
+Prints the manager's extender latency histogram
+(``specon_manager_extender_request_duration_seconds``) and the scheduler's own mean
+scheduling-algorithm time per attempt (``scheduler_scheduling_algorithm_duration_seconds``, the
+extender's calls included), read from its ``/metrics``, which it serves unauthenticated here
 (``--authorization-always-allow-paths`` with ``/metrics`` added).
 """
 
@@ -275,7 +275,8 @@ def main() -> None:
                 measure(args, plane, core, ns, n_nodes, conn, extender, sched_args, manager.pid)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
                 for line in r.read().decode().splitlines():
-                    if line.startswith("specon_extender_request_duration_seconds_bucket") and (
+                    bucket = "specon_manager_extender_request_duration_seconds_bucket"
+                    if line.startswith(bucket) and (
                             'le="0.001"' in line or 'le="0.005"' in line or 'le="0.01"' in line
                             or 'le="+Inf"' in line):
                         print("   manager (all stages):", line)

@@ -304,7 +304,7 @@ async def _open_streams(port: int, n: int, rss: Any) -> str:
             await reader.readuntil(b"\r\n\r\n")
             ok += b'"accepted":true' in await reader.readuntil(b"}\n")
         await asyncio.sleep(1.0)
-        held = metric(port, "specon_heartbeat_streams")
+        held = metric(port, "specon_manager_heartbeat_streams")
         return (f"streams: {n} open at once ({held:.0f} by the manager's gauge), {ok} "
                 f"heartbeats accepted on them; manager RSS {before:.0f} -> {rss():.0f} MiB")
     finally:
@@ -446,14 +446,15 @@ def main() -> None:
                 if "heartbeats" in args.skip or mode not in args.heartbeats:
                     continue
                 for _ in range(args.repeats):
-                    before = metric(port, 'specon_heartbeats_total{result="accepted"}')
+                    before = metric(port, 'specon_manager_heartbeats_total{result="accepted"}')
                     cpu0, t0 = mp_.cpu_s(), time.monotonic()
                     ok, bad, secs, client_cpu = heartbeat_load(
                         port, n_max, args.clients, args.connections, args.heartbeat_seconds,
                         client_cpus, mode == "stream")
                     wall = time.monotonic() - t0
                     cpu = mp_.cpu_s() - cpu0
-                    counted = metric(port, 'specon_heartbeats_total{result="accepted"}') - before
+                    counted = metric(
+                        port, 'specon_manager_heartbeats_total{result="accepted"}') - before
                     print(f"heartbeats ({mode}): {ok / secs:.0f}/s accepted ({ok} in {secs:.0f} s, "
                           f"{bad} not accepted; manager counted {counted:.0f}); manager CPU "
                           f"{cpu:.1f} s ({ok / cpu:.0f} accepted per CPU-second), clients' "

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowList
+from specon.metric_names import deprecated_alias
 from specon.wire import QOS_STATES as WIRE_QOS_STATES
 
 #: The labels of every per-job series, in order.
@@ -41,13 +42,16 @@ class AgentMetrics:
         self.job_loss = Gauge("specon_agent_job_loss", "Last loss the job logged.", j,
                               registry=r)
         self.job_growth = Gauge(
-            "specon_agent_job_growth_per_minute",
-            "Normalised progress over the last categorisation interval (docs/normalisation.md).",
-            j, registry=r)
+            "specon_agent_job_growth_per_second",
+            "Normalised progress per second over the last categorisation interval "
+            "(docs/normalisation.md).", j, registry=r)
+        deprecated_alias(r, self.job_growth, "specon_agent_job_growth_per_minute", scale=60)
         self.job_efficiency = Gauge(
-            "specon_agent_job_growth_efficiency_per_core_minute",
-            "FlowCon's growth efficiency over the last interval (progress per core).", j,
-            registry=r)
+            "specon_agent_job_growth_efficiency_per_core_second",
+            "FlowCon's growth efficiency over the last interval (progress per core per second).",
+            j, registry=r)
+        deprecated_alias(r, self.job_efficiency,
+                         "specon_agent_job_growth_efficiency_per_core_minute", scale=60)
         self.job_limit = Gauge("specon_agent_job_cpu_limit_cores",
                                "CPU limit the agent set for the job.", j, registry=r)
         self.job_cpu = Gauge("specon_agent_job_cpu_usage_cores",

@@ -90,10 +90,11 @@ def publish_metrics(m: AgentMetrics, control: NodeController, jobs: Mapping[str,
             m.job_flowcon.labels(*label, lst.value).set(int(current is lst))
         if view.loss is not None:
             m.job_loss.labels(*label).set(view.loss)
+        # The core counts progress per minute (docs/normalisation.md); metrics are per second.
         if view.growth is not None:
-            m.job_growth.labels(*label).set(view.growth.progress)
+            m.job_growth.labels(*label).set(view.growth.progress / 60)
         if view.efficiency is not None:
-            m.job_efficiency.labels(*label).set(view.efficiency)
+            m.job_efficiency.labels(*label).set(view.efficiency / 60)
         m.job_limit.labels(*label).set(
             min(1.0, control.limits.get(cid, 1.0)) * node_cpus)
         m.job_cpu.labels(*label).set(view.cores)

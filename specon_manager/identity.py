@@ -14,7 +14,7 @@ Answers are cached by the token's digest (bounded LRU): an accepted token until 
 ``ttl_s`` and its own expiry, a refused one for ``refused_ttl_s``. The reviews themselves are
 limited (:mod:`specon_manager.review_limit`): a few at a time, a ceiling per second (over it
 the caller is refused as ``throttled``, 503, and retries), one at a time per token. Refusals
-are counted by reason (``specon_agent_auth_refusals_total``). The static-token mode
+are counted by reason (``specon_manager_agent_auth_refusals_total``). The static-token mode
 (``NodeTokens``, ``tokens_file``) remains for tests and managers outside Kubernetes
 (docs/security.md).
 """
@@ -44,7 +44,7 @@ POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 SA_PREFIX = "system:serviceaccount:"
 TOKENREVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 
-#: Why a token was refused: the label values of ``specon_agent_auth_refusals_total``.
+#: Why a token was refused: the label values of ``specon_manager_agent_auth_refusals_total``.
 REASONS = ("missing", "malformed", "unknown_token", "expired", "audience", "not_authenticated",
            "not_agent", "unbound", "unavailable", "throttled")
 #: Answers that are not remembered: the token was not judged (ask again later).

@@ -54,8 +54,8 @@ class Service:
     election, the Lease's renewals on a thread of their own.
 
     The loop is supervised: no error ends it. A pass that fails (the API server away, a bug) is
-    logged and counted (``specon_controller_loop_errors_total{kind}``) and the next one waits
-    longer, doubling up to ``loop_backoff_max_s``. :meth:`health` (``/healthz``) and
+    logged and counted (``specon_manager_controller_loop_errors_total{kind}``) and the next one
+    waits longer, doubling up to ``loop_backoff_max_s``. :meth:`health` (``/healthz``) and
     :meth:`readiness` (``/readyz``) follow the loop itself, not the HTTP thread: unhealthy
     when it is dead or has not turned for ``loop_stall_s``, unready when no pass has succeeded
     for ``loop_stale_s`` (by default two loop periods: within one period of the first pass it

@@ -102,7 +102,7 @@ class ManagerSettings(BaseSettings):
     stale_after_intervals: Positive = 3.0
     #: Check every job a heartbeat reports against the API server (a pod of that
     #: namespace/name and UID on that node; looked up in the background and cached), and drop
-    #: the others (``specon_heartbeat_jobs_ignored_total``). Needs ``get`` on pods; without
+    #: the others (``specon_manager_heartbeat_jobs_ignored_total``). Needs ``get`` on pods; without
     #: ``kubernetes`` there is nothing to check against.
     verify_reported_pods: bool = True
     #: A heartbeat whose ``time`` is further than this from the manager's clock is refused
@@ -170,7 +170,7 @@ class ManagerSettings(BaseSettings):
     #: in seconds: a job whose reported slack is smaller is not moved (docs/manager.md, QoS).
     #: The progress policy's planner charges it only until a move of the job has been
     #: measured, then the job's own cost (``specon.io/move-cost-s``; docs/manager.md, "Move
-    #: cost"); ``specon_move_cost_seconds`` shows what the moves here cost.
+    #: cost"); ``specon_manager_move_cost_seconds`` shows what the moves here cost.
     migration_cost_s: Positive = 120.0
     #: Move pods of single-replica ReplicaSets (Deployments) too. A ReplicaSet creates the new
     #: pod as soon as the old one terminates; only the extender's hold keeps it from running

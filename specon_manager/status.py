@@ -156,17 +156,18 @@ def render(state: ClusterState, registry: CollectorRegistry, now: float | None =
             f"<td>{'yes' if j.checkpointable else 'no'}</td>{_qos_cells(j)}</tr>")
     at_risk = sum(1 for _, j in state.jobs() if j.qos == "at-risk")
     m = registry
-    migr = {r: _sum(m, "specon_migrations", "specon_migrations_total", result=r)
+    p = "specon_manager_"
+    migr = {r: _sum(m, f"{p}migrations", f"{p}migrations_total", result=r)
             for r in ("completed", "stayed", "cancelled", "failed")}
-    in_flight = _sum(m, "specon_migrations_in_flight", "specon_migrations_in_flight")
-    lat = "specon_extender_request_duration_seconds"
+    in_flight = _sum(m, f"{p}migrations_in_flight", f"{p}migrations_in_flight")
+    lat = f"{p}extender_request_duration_seconds"
     ext = "".join(
         f"<tr><td>{verb}</td><td>"
-        f"{_sum(m, 'specon_extender_requests', 'specon_extender_requests_total', verb=verb):.0f}"
+        f"{_sum(m, f'{p}extender_requests', f'{p}extender_requests_total', verb=verb):.0f}"
         f"</td><td>{_fmt_s(_quantile(m, lat, 0.5, verb=verb))}"
         f"</td><td>{_fmt_s(_quantile(m, lat, 0.99, verb=verb))}"
         "</td></tr>" for verb in ("filter", "prioritize"))
-    heartbeats = _sum(m, "specon_heartbeats", "specon_heartbeats_total", result="accepted")
+    heartbeats = _sum(m, f"{p}heartbeats", f"{p}heartbeats_total", result="accepted")
     legend = " ".join(f'<span class="dot" style="background:{_COLOURS[c]}"></span>{_NAMES[c]}'
                       for c in Category)
     empty = '<p class="note">No worker has reported yet.</p>'
@@ -216,8 +217,8 @@ Prometheus at /metrics and in the Grafana dashboards.</p>
 <th>duration p50</th><th>checkpoint wait p50</th></tr>
 <tr><td>{migr['completed']:.0f}</td><td>{migr['stayed']:.0f}</td>
 <td>{migr['cancelled']:.0f}</td><td>{migr['failed']:.0f}</td><td>{in_flight:.0f}</td>
-<td>{_fmt_s(_quantile(m, 'specon_migration_duration_seconds', 0.5))}</td>
-<td>{_fmt_s(_quantile(m, 'specon_migration_checkpoint_wait_seconds', 0.5))}</td></tr></table>
+<td>{_fmt_s(_quantile(m, f'{p}migration_duration_seconds', 0.5))}</td>
+<td>{_fmt_s(_quantile(m, f'{p}migration_checkpoint_wait_seconds', 0.5))}</td></tr></table>
 <h2>Extender (kube-scheduler's calls)</h2>
 <table><tr><th>verb</th><th>calls</th><th>p50</th><th>p99</th></tr>{ext}</table>
 </body></html>

@@ -41,8 +41,8 @@ def measure(ctx: PhaseContext, mid: str) -> None:
     the checkpoint request to the replacement's containers started (node clock, bounded
     by the manager's: never before the request, never after now). Written on the job's
     object as its running mean (``specon.io/move-cost-s``, what the planner charges its
-    next move), observed in ``specon_move_cost_seconds`` and, for a planned move, set
-    against its prediction (``specon_move_gain_seconds``, event MigrationCostMeasured)."""
+    next move), observed in ``specon_manager_move_cost_seconds`` and, for a planned move, set
+    against its prediction (``specon_manager_move_gain_seconds``, event MigrationCostMeasured)."""
     m, name, until = ctx.measuring[mid]
     now = ctx.clock()
     pod = ctx.kube.get(pod_path(m.namespace, name))

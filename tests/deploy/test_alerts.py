@@ -197,7 +197,7 @@ def test_a_real_prometheus_fires_heartbeats_stale_when_a_node_goes_silent(
         _wait("prometheus ready", lambda: "Ready" in _get(f"{prom}/-/ready"), proc=proc)
         # While the node beats, Prometheus sees it fresh and evaluates the rule quiet.
         _wait("the fresh node scraped", lambda: '"1"' in _get(
-            f"{prom}/api/v1/query?query=specon_nodes%7Bstate%3D%22fresh%22%7D"), proc=proc)
+            f"{prom}/api/v1/query?query=specon_manager_nodes%7Bstate%3D%22fresh%22%7D"), proc=proc)
 
         seen_fresh = time.time()
 

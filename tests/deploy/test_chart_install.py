@@ -462,7 +462,7 @@ def _ready(m: ChartManager) -> bool:
         r = m.call("/metrics")
     except httpx.HTTPError:
         return False
-    return r.status_code == 200 and "specon_leader 1.0" in r.text
+    return r.status_code == 200 and "specon_manager_leader 1.0" in r.text
 
 
 def test_real_manager_and_scheduler_place_the_guides_job_as_the_charts_accounts(
@@ -490,7 +490,8 @@ def test_real_manager_and_scheduler_place_the_guides_job_as_the_charts_accounts(
     r = m.call("/v1/heartbeat", {"node": a, "time": time.time(), "seq": 3, "capacity_cpus": 4,
                                  "load_cores": 0}, installed.agent_token(a))
     assert r.status_code == 401
-    assert 'specon_agent_auth_refusals_total{reason="audience"} 1.0' in m.call("/metrics").text
+    refusals = 'specon_manager_agent_auth_refusals_total{reason="audience"} 1.0'
+    assert refusals in m.call("/metrics").text
     # specon-scheduler: the chart's configuration and client certificate, its account, the
     # local manager's extender port (serverName: the certificate names the Service).
     cm = installed.get("configmap", "rel-specon-scheduler")
@@ -525,7 +526,7 @@ def test_real_manager_and_scheduler_place_the_guides_job_as_the_charts_accounts(
         # The scheduler asked the extender (both verbs: two feasible nodes).
         metrics = m.call("/metrics").text
         for verb in ("filter", "prioritize"):
-            assert f'specon_extender_requests_total{{result="ok",verb="{verb}"}}' in metrics
+            assert f'specon_manager_extender_requests_total{{result="ok",verb="{verb}"}}' in metrics
         # The scheduler's leader-election Lease, taken with the chart's Role.
         assert installed.get("lease", "rel-specon-scheduler")["spec"]["holderIdentity"]
         # The agent's own resize actuator, with the agent's account, resizes the pod in place;

@@ -80,7 +80,7 @@ def test_manager_image_builds_starts_and_answers_its_health_check(
         wait_healthy(container)
         assert http_get(f"http://127.0.0.1:{port}/healthz") == (200, "ok")
         status, metrics = http_get(f"http://127.0.0.1:{port}/metrics")
-        assert status == 200 and "specon_extender_requests_total" in metrics
+        assert status == 200 and "specon_manager_extender_requests_total" in metrics
         assert container.exec_run("id -u").output.decode().strip() == "10001"
     finally:
         container.remove(force=True)

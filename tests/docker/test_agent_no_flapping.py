@@ -58,7 +58,7 @@ def test_a_steady_job_held_at_the_floor_keeps_its_category(
             jobs.append(steady)
             # its pace alone measured: a growth (two intervals with losses), then one more
             wait_for("the steady job's growth measured alone", lambda: agent.sample(
-                "specon_agent_job_growth_per_minute", **series(steady)) is not None, 240,
+                "specon_agent_job_growth_per_second", **series(steady)) is not None, 240,
                 agent.log)
             time.sleep(INTERVAL_S)
             # a competitor per core, declaring little work left: served first, it holds the
@@ -82,7 +82,7 @@ def test_a_steady_job_held_at_the_floor_keeps_its_category(
             while time.monotonic() - start < HELD_INTERVALS * INTERVAL_S + 2:
                 assert held(), f"the steady job was given CPU again: quota {quota(steady)}"
                 seen.append((round(time.monotonic() - start, 1), category(agent, steady),
-                             agent.sample("specon_agent_job_growth_per_minute",
+                             agent.sample("specon_agent_job_growth_per_second",
                                           **series(steady))))
                 time.sleep(1.0)
             log = agent.log()

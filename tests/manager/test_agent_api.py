@@ -198,7 +198,7 @@ def test_a_burst_of_1000_heartbeats_is_absorbed_while_the_extender_serves(
     # The newest heartbeat of each node is the one kept (seq 900..999).
     assert all(state.heartbeat(n).seq >= 900 for n in nodes)  # type: ignore[union-attr]
     metrics = httpx.get(f"{url}/metrics").text
-    assert 'specon_heartbeats_total{result="accepted"} 1000.0' in metrics
+    assert 'specon_manager_heartbeats_total{result="accepted"} 1000.0' in metrics
 
 
 def test_metrics_health_and_openapi(manager: Any) -> None:
@@ -207,9 +207,9 @@ def test_metrics_health_and_openapi(manager: Any) -> None:
                json=heartbeat("node-1", [job("a", "WC")]))
     httpx.post(f"{url}/v1/heartbeat", json=heartbeat("node-1"))
     text = httpx.get(f"{url}/metrics").text
-    assert 'specon_heartbeats_total{result="unauthenticated"} 1.0' in text
-    assert 'specon_nodes{state="fresh"} 1.0' in text
-    assert 'specon_jobs{category="WC"} 1.0' in text
+    assert 'specon_manager_heartbeats_total{result="unauthenticated"} 1.0' in text
+    assert 'specon_manager_nodes{state="fresh"} 1.0' in text
+    assert 'specon_manager_jobs{category="WC"} 1.0' in text
     assert httpx.get(f"{url}/healthz").text == "ok"
     assert httpx.get(f"{url}/readyz").status_code == 200
     # The API description is off unless asked for (expose_docs).
@@ -271,8 +271,9 @@ def test_a_standby_refuses_heartbeats_and_extender_calls_and_closes_the_connecti
             r = c.post(f"/{verb}", json=args)
             assert r.status_code == 503 and r.headers["connection"] == "close"
         metrics = c.get("/metrics").text
-        assert 'specon_heartbeats_total{result="standby"} 1.0' in metrics
-        assert 'specon_extender_requests_total{result="standby",verb="filter"} 1.0' in metrics
+        assert 'specon_manager_heartbeats_total{result="standby"} 1.0' in metrics
+        assert ('specon_manager_extender_requests_total{result="standby",verb="filter"} 1.0'
+                in metrics)
         # once it leads, the same connection-less calls are served
         controller.leader = True
         r = c.post("/v1/heartbeat", headers=auth("node-1"), json=heartbeat("node-1"))

@@ -138,12 +138,12 @@ def test_a_node_bound_token_speaks_for_its_own_node_only(plane: Plane, world: Wo
     for token, other in ((token_a, b), (token_b, a)):
         r = beat(w, token, other)
         assert r.status_code == 403 and "speaks for node" in r.json()["detail"], r.text
-    assert metric(w, "specon_heartbeats_total", result="forbidden") == 2
+    assert metric(w, "specon_manager_heartbeats_total", result="forbidden") == 2
     # Cached: many heartbeats, one review per token (the cache holds it for agent_auth_ttl_s).
-    reviews = metric(w, "specon_agent_token_reviews_total")
+    reviews = metric(w, "specon_manager_agent_token_reviews_total")
     for _ in range(5):
         assert beat(w, token_a, a).status_code == 200
-    assert metric(w, "specon_agent_token_reviews_total") - reviews <= 1
+    assert metric(w, "specon_manager_agent_token_reviews_total") - reviews <= 1
 
 
 def test_unbound_foreign_audience_other_accounts_and_expired_tokens_are_refused(
@@ -164,14 +164,14 @@ def test_unbound_foreign_audience_other_accounts_and_expired_tokens_are_refused(
     for reason, token in cases.items():
         r = beat(w, token, a)
         assert r.status_code == 401, (reason, r.status_code, r.text)
-        assert metric(w, "specon_agent_auth_refusals_total", reason=reason) >= 1, reason
-    reviews = metric(w, "specon_agent_token_reviews_total")
+        assert metric(w, "specon_manager_agent_auth_refusals_total", reason=reason) >= 1, reason
+    reviews = metric(w, "specon_manager_agent_token_reviews_total")
     assert beat(w, "x" * (20 * 1024), a).status_code == 401  # refused unread
     # none of these cost the API server a review: refused before asking (or cached)
-    assert metric(w, "specon_agent_token_reviews_total") == reviews
+    assert metric(w, "specon_manager_agent_token_reviews_total") == reviews
     r = httpx.post(f"{w.manager.url}/v1/heartbeat", json={}, timeout=10)
     assert r.status_code == 401
-    assert metric(w, "specon_agent_auth_refusals_total", reason="missing") == 1
+    assert metric(w, "specon_manager_agent_auth_refusals_total", reason="missing") == 1
     # Not the manager's judgement alone: the API server refuses the expired and the
     # foreign-audience tokens too.
     expired = review(plane, w.api, cases["expired"], AUDIENCE)
@@ -193,7 +193,7 @@ def test_the_token_of_a_deleted_agent_pod_stops_working(plane: Plane, world: Wor
     wait_for("agent-a gone", lambda: w.api.pod(w.ns, "agent-a") is None)
     # Once the cached answer is older than agent_auth_ttl_s (1 s here), the review fails.
     wait_for("the token refused", lambda: beat(w, token, a).status_code == 401, timeout=20)
-    assert metric(w, "specon_agent_auth_refusals_total", reason="not_authenticated") >= 1
+    assert metric(w, "specon_manager_agent_auth_refusals_total", reason="not_authenticated") >= 1
 
 
 def test_before_1_30_the_node_comes_from_the_pod_named_in_the_review(

@@ -74,8 +74,8 @@ def test_more_node_names_than_the_cap_are_refused_with_413(url: str, verb: str, 
     # a large body is refused from its start, unless its key is hidden from a plain look
     assert ("at least" in detail) == (len(body) > 256 * 1024 and form != "escaped"), detail
     metrics = httpx.get(f"{url}/metrics").text
-    assert f'specon_extender_requests_total{{result="too_many_nodes",verb="{verb}"}} 1.0' in (
-        metrics)
+    assert ("specon_manager_extender_requests_total"
+            f'{{result="too_many_nodes",verb="{verb}"}} 1.0') in metrics
 
 
 @pytest.mark.parametrize("hot_routes", [True, False])

@@ -87,9 +87,9 @@ def test_heartbeats_on_one_stream_are_each_recorded_and_answered_in_order(manage
         time.sleep(0.02)
     assert app.state.metrics.heartbeat_streams._value.get() == 0
     metrics = httpx.get(f"{url}/metrics").text
-    assert 'specon_heartbeats_total{result="accepted"} 6.0' in metrics
-    assert 'specon_heartbeats_total{result="forbidden"} 1.0' in metrics
-    assert 'specon_heartbeats_total{result="invalid"} 2.0' in metrics
+    assert 'specon_manager_heartbeats_total{result="accepted"} 6.0' in metrics
+    assert 'specon_manager_heartbeats_total{result="forbidden"} 1.0' in metrics
+    assert 'specon_manager_heartbeats_total{result="invalid"} 2.0' in metrics
 
 
 def test_a_refused_token_gets_no_stream_and_a_revoked_one_ends_it(manager: Any) -> None:
@@ -374,4 +374,4 @@ def test_a_replica_that_loses_the_lease_ends_its_streams_and_opens_none() -> Non
         finally:
             s.close()
         metrics = httpx.get(url + "/metrics").text
-        assert 'specon_heartbeats_total{result="standby"} 2.0' in metrics
+        assert 'specon_manager_heartbeats_total{result="standby"} 2.0' in metrics

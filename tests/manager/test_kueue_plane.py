@@ -250,7 +250,7 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
         wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
         # on the chosen node, not "elsewhere" after a lifted reservation
         metrics = httpx.get(f"{manager.url}/metrics").text
-        assert 'specon_migrations_total{result="completed"} 1.0' in metrics
+        assert 'specon_manager_migrations_total{result="completed"} 1.0' in metrics
         w = workload()
         assert w is not None and w["metadata"]["name"] == wl_name
         assert next(c["lastTransitionTime"] for c in w["status"]["conditions"]
@@ -348,8 +348,8 @@ def test_kueue_taking_the_quota_back_mid_migration_ends_it_and_the_job_resumes_w
 
         drive(api, ns, agents, [job], interrupted)
         metrics = httpx.get(f"{manager.url}/metrics").text
-        assert 'specon_migrations_total{result="suspended"} 1.0' in metrics
-        assert "specon_migrations_in_flight 0.0" in metrics
+        assert 'specon_manager_migrations_total{result="suspended"} 1.0' in metrics
+        assert "specon_manager_migrations_in_flight 0.0" in metrics
         jobobj = api.job(ns, "ks")
         assert jobobj is not None
         assert not (jobobj["metadata"].get("labels") or {}).get("specon.io/migrating")

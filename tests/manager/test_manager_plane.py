@@ -402,9 +402,9 @@ def test_converged_bare_pod_is_migrated_to_the_chosen_node_and_resumes(
                                 "MigrationEvicted", "MigrationCompleted"} <= set(
         api.events(ns)))
     metrics = httpx.get(f"{manager.url}/metrics").text
-    assert 'specon_migrations_total{result="completed"} 1.0' in metrics
+    assert 'specon_manager_migrations_total{result="completed"} 1.0' in metrics
     # every job the agents reported is a pod on its node (the check is on by default)
-    assert "specon_heartbeat_jobs_ignored_total 0.0" in metrics
+    assert "specon_manager_heartbeat_jobs_ignored_total 0.0" in metrics
     # at most once: asking again is answered "stay"
     agents[mnodes[1]].host(job, ns, "CC")
     beat_all(agents)
@@ -437,7 +437,7 @@ def test_a_source_that_stays_terminating_is_reported_and_the_job_waits_then_move
         text = " ".join(e.get("note", "") for e in api.event_items(ns)
                         if e["reason"] == "MigrationSourceStuck")
         assert "node.kubernetes.io/out-of-service" in text and f"node {mnodes[3]} is Ready" in text
-        assert "specon_migration_source_stuck_total 1.0" in httpx.get(
+        assert "specon_manager_migration_source_stuck_total 1.0" in httpx.get(
             f"{manager.url}/metrics").text
     finally:
         # What PodGC does for a pod on a deleted or out-of-service node: a forced deletion.
@@ -773,7 +773,7 @@ def test_a_replacement_the_target_cannot_take_is_placed_elsewhere_never_lost(
     assert [p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(
         "train-c")] == [job.pod]  # the pinned replacement that never ran is gone
     metrics = httpx.get(f"{manager.url}/metrics").text
-    assert 'specon_migrations_total{result="elsewhere"} 1.0' in metrics
+    assert 'specon_manager_migrations_total{result="elsewhere"} 1.0' in metrics
 
 
 def test_rebalancing_moves_a_converged_job_onto_the_idle_node(
@@ -802,8 +802,9 @@ def test_rebalancing_moves_a_converged_job_onto_the_idle_node(
     assert rep is not None and rep["metadata"]["annotations"].get("specon.io/rebalanced")
     assert len(live(api.pods(ns), "r")) == 2
     metrics = httpx.get(f"{manager.url}/metrics").text
-    moves = [ln for ln in metrics.splitlines() if ln.startswith("specon_rebalance_moves_total")]
-    assert 'specon_rebalance_moves_total{outcome="started"} 1.0' in moves, (
+    moves = [ln for ln in metrics.splitlines()
+             if ln.startswith("specon_manager_rebalance_moves_total")]
+    assert 'specon_manager_rebalance_moves_total{outcome="started"} 1.0' in moves, (
         moves, manager.tail(40))
 
 
@@ -898,7 +899,7 @@ def test_a_job_outside_the_managers_training_namespaces_is_never_moved(
         assert pod is not None and pod["spec"]["nodeName"] == mnodes[3]
         assert "specon.io/migration" not in (pod["metadata"].get("annotations") or {})
         metrics = httpx.get(f"{mp.url}/metrics").text
-        assert 'specon_reallocation_requests_total{decision="refused"} 1.0' in metrics
+        assert 'specon_manager_reallocation_requests_total{decision="refused"} 1.0' in metrics
     finally:
         mp.kill()
         plane.kubectl("delete", "namespace", allowed, "--wait=false", check=False)

@@ -123,7 +123,7 @@ def test_a_node_whose_heartbeats_stop_is_unknown_after_its_expiry(manager: Any,
         assert prioritize(c, ["node-1", "node-2"]) == {"node-1": 0, "node-2": 10}
         assert state.node_counts() == (1, 1)
         metrics = c.get("/metrics").text
-        assert 'specon_nodes{state="stale"} 1.0' in metrics
+        assert 'specon_manager_nodes{state="stale"} 1.0' in metrics
         # it comes back with its next heartbeat
         c.post("/v1/heartbeat", headers=auth("node-1"), json=heartbeat("node-1", seq=2))
         assert prioritize(c, ["node-1", "node-2"]) == {"node-1": 10, "node-2": 10}
@@ -151,8 +151,8 @@ def test_heartbeat_time_and_seq_are_bounded_and_cannot_poison_the_next(manager: 
                          .time - 1})  # type: ignore[union-attr]
         assert r.status_code == 200 and r.json()["accepted"] is False
         metrics = c.get("/metrics").text
-        assert 'specon_heartbeats_total{result="clock_skew"} 2.0' in metrics
-        assert "specon_heartbeats_superseded_total 1.0" in metrics
+        assert 'specon_manager_heartbeats_total{result="clock_skew"} 2.0' in metrics
+        assert "specon_manager_heartbeats_superseded_total 1.0" in metrics
 
 
 def test_reported_jobs_must_be_pods_on_that_node(manager: Any) -> None:
@@ -167,7 +167,7 @@ def test_reported_jobs_must_be_pods_on_that_node(manager: Any) -> None:
         assert hb is not None and [j.pod for j in hb.jobs] == ["n-real"]
         assert state.find_job("default", "n-ghost") is None
         assert state.find_job("default", "n-real") == ("node-1", hb.jobs[0])
-        assert "specon_heartbeat_jobs_ignored_total 2.0" in c.get("/metrics").text
+        assert "specon_manager_heartbeat_jobs_ignored_total 2.0" in c.get("/metrics").text
 
 
 def raw_http(url: str, head: bytes, body: bytes = b"") -> bytes:

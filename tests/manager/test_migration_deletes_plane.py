@@ -52,7 +52,7 @@ HOLD = "specon.test/kubelet-gone"
 
 def cancelled_count(manager: ManagerProcess) -> float:
     for line in httpx.get(f"{manager.url}/metrics").text.splitlines():
-        if line.startswith('specon_migrations_total{result="cancelled"}'):
+        if line.startswith('specon_manager_migrations_total{result="cancelled"}'):
             return float(line.split()[-1])
     return 0.0
 

@@ -118,7 +118,7 @@ def test_a_manager_stopped_while_the_replacement_waits_hands_it_to_the_scheduler
         assert [p["metadata"]["name"] for p in left] == [job.pod]
         assert not left[0]["metadata"].get("labels", {}).get("specon.io/migrating")
         result = "completed" if target == "fit" else "elsewhere"
-        assert f'specon_migrations_total{{result="{result}"}} 1.0' in httpx.get(
+        assert f'specon_manager_migrations_total{{result="{result}"}} 1.0' in httpx.get(
             f"{manager.url}/metrics").text
     finally:
         release(plane, ns, "train-h")
@@ -201,7 +201,7 @@ def test_in_a_rolling_update_the_next_leader_finishes_what_the_old_one_handed_ov
         wait_for("MigrationCompleted", lambda: "MigrationCompleted" in api.events(ns))
         assert [p["metadata"]["name"] for p in api.pods(ns)
                 if p["metadata"]["name"].startswith("train-h")] == [name]
-        assert 'specon_migrations_total{result="completed"} 1.0' in httpx.get(
+        assert 'specon_manager_migrations_total{result="completed"} 1.0' in httpx.get(
             f"{standby.url}/metrics").text
     finally:
         standby.kill()

@@ -1,8 +1,8 @@
 """Per-job move cost (issue 26): the planner charges a job its own measured move cost
 (``specon.io/move-cost-s``, specon.core.move_cost) or ``migration_cost_s`` until it has one; a
 completed move's cost (checkpoint request to the replacement running) is measured, written on
-the Job as its running mean, counted in ``specon_move_cost_seconds`` and set against the
-move's prediction (``specon_move_gain_seconds``, events MigrationStarted, MigrationCompleted
+the Job as its running mean, counted in ``specon_manager_move_cost_seconds`` and set against the
+move's prediction (``specon_manager_move_gain_seconds``, events MigrationStarted, MigrationCompleted
 and MigrationCostMeasured). The whole migration on a real API server is the plane tests'."""
 
 from __future__ import annotations
@@ -203,10 +203,10 @@ def test_a_completed_move_is_measured_written_on_its_job_and_set_against_its_pre
     # the running mean of the Job's moves: (200 + 70) / 2
     assert kube.objs[f"{JOBS}/j-b"]["metadata"]["annotations"][A_MOVE_COST] == "135.0"
     reg = metrics.registry
-    assert reg.get_sample_value("specon_move_cost_seconds_sum") == 70.0
+    assert reg.get_sample_value("specon_manager_move_cost_seconds_sum") == 70.0
     for kind, gain in (("predicted", 1300), ("realised", 1430)):
-        assert reg.get_sample_value("specon_move_gain_seconds_count", {"kind": kind}) == 1
-        assert reg.get_sample_value("specon_move_gain_sum_seconds", {"kind": kind}) == gain
+        assert reg.get_sample_value("specon_manager_move_gain_seconds_count", {"kind": kind}) == 1
+        assert reg.get_sample_value("specon_manager_move_gain_sum_seconds", {"kind": kind}) == gain
     ctl.reconcile()  # measured once
     assert len(kube.messages("MigrationCostMeasured")) == 1
 
@@ -225,7 +225,7 @@ def test_a_replacement_that_never_runs_gives_no_measurement() -> None:
     clock.now += 4000
     ctl.reconcile()
     assert kube.messages("MigrationCostMeasured") == []
-    assert metrics.registry.get_sample_value("specon_move_cost_seconds_count") == 0
+    assert metrics.registry.get_sample_value("specon_manager_move_cost_seconds_count") == 0
     assert ctl.measuring == {}
 
 

@@ -170,7 +170,7 @@ def test_a_malformed_spec_is_scheduled_as_a_plain_training_pod(
     assert scores(url, bad, ["node-1", "node-2"]) == {"node-1": 10, "node-2": 1}
     assert [(e[0], e[1]) for e in posted.events] == [("bad", REASON_INVALID)]
     metrics = httpx.get(f"{url}/metrics").text
-    assert "specon_qos_invalid_pods_total 1.0" in metrics
+    assert "specon_manager_qos_invalid_pods_total 1.0" in metrics
 
 
 def test_qos_states_are_counted_in_the_metrics_and_shown_on_the_status_page(
@@ -183,7 +183,7 @@ def test_qos_states_are_counted_in_the_metrics_and_shown_on_the_status_page(
     metrics = httpx.get(f"{url}/metrics").text
     for state, n in (("at-risk", 1), ("on-track", 1), ("none", 1), ("given-up", 0),
                      ("reached", 0)):
-        assert f'specon_qos_jobs{{state="{state}"}} {n}.0' in metrics
+        assert f'specon_manager_qos_jobs{{state="{state}"}} {n}.0' in metrics
     page = httpx.get(f"{url}/status").text
     assert "<th>QoS</th>" in page and "<th>slack</th>" in page
     assert "<td class=bad>at-risk</td>" in page and "<td>-60 s</td>" in page

@@ -120,7 +120,7 @@ def test_a_malformed_deadline_gets_one_invalid_qos_event_and_the_pod_is_schedule
     time.sleep(1)
     assert len(events_of(qapi, ns, "InvalidQoS")) == 1
     metrics = httpx.get(f"{qmanager.url}/metrics").text
-    assert "specon_qos_invalid_pods_total 1.0" in metrics
+    assert "specon_manager_qos_invalid_pods_total 1.0" in metrics
 
 
 def test_a_deadline_pod_lands_on_free_cpu_not_beside_an_at_risk_job(
@@ -151,8 +151,8 @@ def test_a_deadline_pod_lands_on_free_cpu_not_beside_an_at_risk_job(
         scores = {h["Host"]: h["Score"] for h in r.json()}
         assert scores[best] == 10 and min(scores.values()) == 1, (name, scores)
     metrics = httpx.get(f"{qmanager.url}/metrics").text
-    assert 'specon_qos_jobs{state="at-risk"} 1.0' in metrics
-    assert 'specon_qos_jobs{state="on-track"} 1.0' in metrics
+    assert 'specon_manager_qos_jobs{state="at-risk"} 1.0' in metrics
+    assert 'specon_manager_qos_jobs{state="on-track"} 1.0' in metrics
     page = httpx.get(f"{qmanager.url}/status").text
     assert "at-risk" in page and "<td>-2 min</td>" in page and "<td>30 min</td>" in page
 
@@ -201,8 +201,8 @@ def test_an_at_risk_job_asked_to_move_stays(
     assert "specon.io/migration" not in annotations and "specon.io/migrated" not in annotations
     assert not events_of(qapi, ns, "MigrationStarted")
     metrics = httpx.get(f"{qmanager.url}/metrics").text
-    assert 'specon_reallocation_requests_total{decision="stay"} 2.0' in metrics
-    assert 'specon_migrations_held_total{reason="converged"} 2.0' in metrics
+    assert 'specon_manager_reallocation_requests_total{decision="stay"} 2.0' in metrics
+    assert 'specon_manager_migrations_held_total{reason="converged"} 2.0' in metrics
     # with slack to spare, the same request starts a migration (to the idle node)
     report("on-track", 3000.0)
     reply = reallocate()
@@ -260,5 +260,5 @@ def test_heartbeat_jobs_that_are_not_pods_on_the_node_are_ignored(
         assert hb is not None
         assert [(j.namespace, j.pod) for j in hb.jobs] == [(plane_namespace, "mine")]
         metrics = httpx.get(f"{url}/metrics").text
-        assert "specon_heartbeat_jobs_ignored_total 3.0" in metrics
+        assert "specon_manager_heartbeat_jobs_ignored_total 3.0" in metrics
     kube.close()

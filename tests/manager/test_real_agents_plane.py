@@ -242,9 +242,9 @@ def test_real_agents_move_a_converged_job_to_the_chosen_node_where_it_resumes(
         assert "resize cpu limit" in "".join(a.text() for a in agents)
         # every agent was known by its pod-bound token, over TLS, and nothing was refused
         metrics = httpx.get(f"{manager.url}/metrics", verify=manager.verify).text
-        assert "specon_agent_auth_refusals_total{" not in metrics, metrics
-        assert 'specon_heartbeats_total{result="forbidden"} 0.0' in metrics
-        assert 'specon_extender_requests_total{result="ok",verb="filter"}' in metrics
+        assert "specon_manager_agent_auth_refusals_total{" not in metrics, metrics
+        assert 'specon_manager_heartbeats_total{result="forbidden"} 0.0' in metrics
+        assert 'specon_manager_extender_requests_total{result="ok",verb="filter"}' in metrics
         codes = [a.stop() for a in agents]
         # Every limit is its owner's once the agents have left, the moved job's too: the
         # manager's copy of the pod got the owner's limit, not the one the source's agent had

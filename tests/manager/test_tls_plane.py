@@ -122,7 +122,8 @@ def test_the_real_scheduler_calls_the_extender_over_mutual_tls(
         api.close()
     with client(tls.ca, None) as c:
         text = c.get(f"{s.manager.url}/metrics").text
-    assert metric_line(text, 'specon_extender_requests_total{result="ok",verb="filter"}') >= 1
+    ok = 'specon_manager_extender_requests_total{result="ok",verb="filter"}'
+    assert metric_line(text, ok) >= 1
 
 
 def test_without_the_client_certificate_nobody_reaches_the_extender(

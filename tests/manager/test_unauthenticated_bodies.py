@@ -131,8 +131,8 @@ def test_stalled_unauthenticated_bodies_hold_neither_memory_nor_connections(
         still_open = [i for i, s in enumerate(socks) if not closed_by_server(s)]
         assert still_open == [], f"{len(still_open)} connections still open: {still_open[:10]}"
         metrics = httpx.get(f"{url}/metrics").text
-        assert 'specon_request_bodies_dropped_total{reason="timeout"}' in metrics
-        assert 'specon_request_bodies_dropped_total{reason="busy"}' in metrics
+        assert 'specon_manager_request_bodies_dropped_total{reason="timeout"}' in metrics
+        assert 'specon_manager_request_bodies_dropped_total{reason="busy"}' in metrics
     finally:
         for s in socks:
             s.close()
