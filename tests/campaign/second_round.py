@@ -23,7 +23,7 @@ hold after it (``Violation`` otherwise), beside the invariants of ``campaignlib`
 - ``clock-step``: one agent's wall clock stepped (tests/campaign/steppedclock.py) an hour
   ahead and back, two minutes ahead and back, or 250 s ahead and corrected by a restart: once
   back, its heartbeats are kept again at once — none answered and dropped as older
-  (``specon_heartbeats_superseded_total`` still) — and recovery as for every fault.
+  (``specon_manager_heartbeats_superseded_total`` still) — and recovery as for every fault.
 """
 
 from __future__ import annotations
@@ -412,7 +412,7 @@ def _superseded(world: World) -> float:
             text = httpx.get(f"{m.url}/metrics", timeout=2).text
         except httpx.HTTPError:
             continue
-        total += _metric(text, "specon_heartbeats_superseded_total") or 0.0
+        total += _metric(text, "specon_manager_heartbeats_superseded_total") or 0.0
     return total
 
 
