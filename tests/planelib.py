@@ -439,7 +439,14 @@ class Plane:
                 "spec": {},
                 "status": {"capacity": resources, "allocatable": resources},
             }
-            core.create_node(node)
+            try:
+                core.create_node(node)
+            except client.ApiException as exc:
+                # The name carries the caller's unique prefix: a 409 is this create itself,
+                # sent again by the client after a connection dropped under load (seen once:
+                # "nodes ... already exists" on a fresh prefix).
+                if exc.status != 409:
+                    raise
         deadline = time.monotonic() + timeout
         pending = set(names)
         while pending and time.monotonic() < deadline:
