@@ -10,19 +10,8 @@
 #
 # Cache: ${SPECON_KUBE_ROUTER_CACHE:-~/.cache/specon-kube-router}/<version>/kube-router
 set -euo pipefail
-VERSION=v2.1.0
-CACHE_ROOT=${SPECON_KUBE_ROUTER_CACHE:-$HOME/.cache/specon-kube-router}
-BIN="$CACHE_ROOT/$VERSION/kube-router"
-if [ "${1:-}" = --print ]; then
-  echo "$BIN"
-  exit 0
-fi
-[ -x "$BIN" ] && { echo "$BIN"; exit 0; }
-command -v go >/dev/null 2>&1 || { echo "kube-router: go is not installed" >&2; exit 1; }
-mkdir -p "$CACHE_ROOT/$VERSION"
-work=$(mktemp -d "$CACHE_ROOT/$VERSION/build.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-CGO_ENABLED=0 GOFLAGS=-mod=mod GOBIN="$work" \
-  go install "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$VERSION" >&2
-mv "$work/kube-router" "$BIN"
-echo "$BIN"
+. "$(dirname "$0")/../lib/go_tool.sh"
+print=()
+[ "${1:-}" = --print ] && print=(--print)
+specon_go_tool kube-router v2.1.0 "${SPECON_KUBE_ROUTER_CACHE:-$HOME/.cache/specon-kube-router}" \
+  github.com/cloudnativelabs/kube-router/v2/cmd/kube-router "${print[@]}" CGO_ENABLED=0
