@@ -163,14 +163,27 @@ class Kube:
         self._http.close()
 
     # -- verbs ---------------------------------------------------------------------------------
-    def _send(self, method: str, path: str, body: Any, headers: dict[str, str],
-              params: dict[str, str] | None) -> httpx.Response:
+    def _auth_headers(self, verb: str, path: str) -> dict[str, str]:
+        """The Authorization header with the token as it is now (none without a token)."""
         try:
             token = self.auth.token()
         except CredentialError as exc:
-            raise KubeError(TRANSPORT, "NoCredentials", f"{method} {path}: {exc}") from exc
-        if token:
-            headers = {**headers, "Authorization": f"Bearer {token}"}
+            raise KubeError(TRANSPORT, "NoCredentials", f"{verb} {path}: {exc}") from exc
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    @staticmethod
+    def _refusal(resp: httpx.Response) -> KubeError:
+        """The error for an answer of 400 or more, with the API's Status reason when it sent one."""
+        try:
+            status = resp.json()
+            return KubeError(resp.status_code, status.get("reason", ""),
+                             status.get("message", resp.text))
+        except ValueError:
+            return KubeError(resp.status_code, "", resp.text)
+
+    def _send(self, method: str, path: str, body: Any, headers: dict[str, str],
+              params: dict[str, str] | None) -> httpx.Response:
+        headers = {**headers, **self._auth_headers(method, path)}
         try:
             return self._http.request(
                 method, path, json=body, headers=headers, params=params,
@@ -196,12 +209,7 @@ class Kube:
                 continue
             break
         if resp.status_code >= 400:
-            try:
-                status = resp.json()
-                reason, message = status.get("reason", ""), status.get("message", resp.text)
-            except ValueError:
-                reason, message = "", resp.text
-            raise KubeError(resp.status_code, reason, message)
+            raise self._refusal(resp)
         if not resp.content:
             return None
         try:
@@ -221,8 +229,7 @@ class Kube:
         return out
 
     def list(self, path: str, **params: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = self._call("GET", path, params=params or None)["items"]
-        return out
+        return self.list_with_version(path, **params)[0]
 
     def list_with_version(self, path: str, **params: str) -> tuple[Items, str]:
         """The items and the list's ``resourceVersion`` (where a watch goes on from)."""
@@ -239,11 +246,7 @@ class Kube:
         Gone: the version is too old) is yielded as it comes."""
         query = {**params, "watch": "1", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s)}
-        try:
-            token = self.auth.token()
-        except CredentialError as exc:
-            raise KubeError(TRANSPORT, "NoCredentials", f"WATCH {path}: {exc}") from exc
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = self._auth_headers("WATCH", path)
         # Events may be minutes apart: only the server's own end of the watch bounds a read.
         timeout = httpx.Timeout(self._http.timeout.connect or 15.0, read=timeout_s + 30.0)
         try:
@@ -253,12 +256,7 @@ class Kube:
                     if resp.status_code == 401:
                         self.auth.expire()  # the next watch goes with a fresh token
                     resp.read()
-                    try:
-                        status = resp.json()
-                    except ValueError:
-                        status = {}
-                    raise KubeError(resp.status_code, status.get("reason", ""),
-                                    status.get("message", resp.text))
+                    raise self._refusal(resp)
                 if on_open is not None:
                     on_open()
                 for line in resp.iter_lines():
