@@ -98,6 +98,12 @@ class WatchCache:
                 log.warning("watch %s: %s; again in %.1f s", self.name, exc, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
+            except RuntimeError:
+                # httpx's "client has been closed": the owner stopped this cache and closed
+                # its client while the watch was still open; anything else is a bug.
+                if self._stop.is_set():
+                    return
+                raise
 
     def _list(self) -> str:
         items, version = self.kube.list_with_version(self.path, **self.params)
