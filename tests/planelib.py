@@ -276,7 +276,9 @@ class Plane:
             f"--service-account-signing-key-file={self.pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--enable-priority-and-fairness=false",
+            # Priority and fairness on, as in any real cluster: its per-FlowSchema metrics are
+            # the API server's only count of one client's requests (issue 31).
+            "--enable-priority-and-fairness=true",
             "--allow-privileged=true", "--profiling=false",
         ])
         self._wait("kube-apiserver", lambda: self._readyz())
