@@ -28,6 +28,7 @@ from specon.kube_events import event_body as kube_event_body
 from specon.kube_events import events_path as events_path  # the manager's modules use it
 
 from .kube_auth import CredentialError, ExecPlugin, StaticToken, TokenFile, TokenSource
+from .rate_limit import TokenBucket
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TRANSPORT = 0  # KubeError.status of a request that got no usable HTTP answer
@@ -92,6 +93,9 @@ class Kube:
         self.fence: Callable[[], None] | None = None
         #: Seconds a request may take (None: the client's ``timeout``).
         self.timeout: float | None = None
+        #: Every request (each retry and each watch too) first takes a token here; None: no
+        #: client-side limit. Shared by :meth:`fenced` and :meth:`with_timeout` copies.
+        self.rate: TokenBucket | None = None
 
     def fenced(self, fence: Callable[[], None]) -> Kube:
         """This client (the same connection pool) with every write first passed through
@@ -184,6 +188,8 @@ class Kube:
     def _send(self, method: str, path: str, body: Any, headers: dict[str, str],
               params: dict[str, str] | None) -> httpx.Response:
         headers = {**headers, **self._auth_headers(method, path)}
+        if self.rate is not None:
+            self.rate.take()
         try:
             return self._http.request(
                 method, path, json=body, headers=headers, params=params,
@@ -247,6 +253,8 @@ class Kube:
         query = {**params, "watch": "1", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s)}
         headers = self._auth_headers("WATCH", path)
+        if self.rate is not None:
+            self.rate.take()
         # Events may be minutes apart: only the server's own end of the watch bounds a read.
         timeout = httpx.Timeout(self._http.timeout.connect or 15.0, read=timeout_s + 30.0)
         try:

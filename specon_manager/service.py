@@ -25,6 +25,7 @@ from specon_manager.migration import MigrationController
 from specon_manager.planner import MovePlanner
 from specon_manager.pods import PodDirectory
 from specon_manager.qos_book import EventPoster, QosBook
+from specon_manager.rate_limit import TokenBucket
 from specon_manager.rebalance import Rebalancer
 from specon_manager.review_limit import ReviewLimiter
 from specon_manager.settings import ManagerSettings
@@ -391,6 +392,8 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
     if kube is None and settings.kubernetes:
         kube = (Kube.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig
                 else Kube.in_cluster())
+    if kube is not None and kube.rate is None:
+        kube.rate = TokenBucket(settings.kube_qps, settings.kube_burst)
     service = Service(settings, state, metrics, kube)
     node_exists: Any = service.nodes.exists if service.nodes is not None else None
     poster = EventPoster(_warning_sender(kube)) if kube is not None else None

@@ -142,6 +142,12 @@ class ManagerSettings(BaseSettings):
     kubernetes: bool = True
     #: A kubeconfig file; unset: in-cluster configuration.
     kubeconfig: Path | None = None
+    #: The client-side rate limit on the manager's API requests (client-go's QPS and Burst):
+    #: ``kube_burst`` at once, then ``kube_qps`` a second (specon_manager/rate_limit.py). A
+    #: round reads from watch caches and sends a few requests; a migration a few dozen; so
+    #: the limit is met only by a flood. client-go's 5/10 would slow a migration wave.
+    kube_qps: Positive = 50.0
+    kube_burst: int = Field(default=100, ge=1)
 
     # -- migration (Algorithm 4) ----------------------------------------------------------------
     migration: bool = True
