@@ -26,6 +26,8 @@ import yaml
 from specon.kube_events import INSTANCE_CHARS, NOTE_BYTES
 from specon.kube_events import event_body as kube_event_body
 from specon.kube_events import events_path as events_path  # the manager's modules use it
+from specon.retry_after import RETRY_429 as RETRY_429  # the tests and callers read it here
+from specon.retry_after import retry_after_s
 
 from .kube_auth import CredentialError, ExecPlugin, StaticToken, TokenFile, TokenSource
 from .rate_limit import TokenBucket
@@ -33,10 +35,6 @@ from .rate_limit import TokenBucket
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TRANSPORT = 0  # KubeError.status of a request that got no usable HTTP answer
 FENCED = 1  # KubeError.status of a write refused here: this replica no longer holds the Lease
-#: 429 (Too Many Requests: the API server's priority and fairness) is retried this many times,
-#: each after its Retry-After, at most RETRY_AFTER_MAX_S (client-go waits the same way).
-RETRY_429 = 3
-RETRY_AFTER_MAX_S = 10.0
 Items = list[dict[str, Any]]  # a list's items (the name ``list`` is a method inside Kube)
 
 
@@ -58,17 +56,6 @@ def _data_file(data: str, suffix: str) -> str:
     with f:
         f.write(base64.b64decode(data))
     return f.name
-
-
-def _retry_after(resp: httpx.Response, timeout: float | None) -> float:
-    """Seconds to wait before retrying a 429: its Retry-After (whole seconds; 1 when absent or
-    a date), at most RETRY_AFTER_MAX_S and at most a deadline-bound client's timeout."""
-    try:
-        wait = float(resp.headers.get("Retry-After", "1"))
-    except ValueError:
-        wait = 1.0
-    cap = RETRY_AFTER_MAX_S if timeout is None else min(RETRY_AFTER_MAX_S, timeout)
-    return max(0.0, min(wait, cap))
 
 
 class Kube:
@@ -211,7 +198,8 @@ class Kube:
                 continue
             if resp.status_code == 429 and waits < RETRY_429:
                 waits += 1
-                time.sleep(_retry_after(resp, self.timeout))
+                # At most a deadline-bound client's own timeout (specon/retry_after.py).
+                time.sleep(retry_after_s(resp.headers.get("Retry-After"), self.timeout))
                 continue
             break
         if resp.status_code >= 400:

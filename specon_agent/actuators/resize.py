@@ -6,7 +6,9 @@ A container is addressed by its runtime ID, mapped to (namespace, pod, container
 is read back: ``PodResizePending`` with reason ``Infeasible`` is a failure; ``Deferred`` and
 ``PodResizeInProgress`` are reported in the log. A cluster without resize support (no
 subresource, or a node that cannot resize) makes the actuator unavailable with one clear log
-line; the agent then keeps the limits as they are.
+line; the agent then keeps the limits as they are. A 429 (the API server's priority and
+fairness shedding load) is sent again after its ``Retry-After``, a bounded number of times
+(specon/retry_after.py, shared with the manager's client).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +25,7 @@ import httpx
 
 from specon.quantity import millicores as cpu_quantity
 from specon.quantity import parse_cpu
+from specon.retry_after import RETRY_429, retry_after_s
 
 from .base import (
     DEFAULT_PERIOD_US,
@@ -65,6 +69,22 @@ class ResizeActuator(Actuator):
         self.set_requests = set_requests
         self._where: dict[str, PodContainer] = {}
         self.unsupported: str | None = None
+        self.timeout = timeout
+        #: How a 429's wait is spent (tests record it instead).
+        self.sleep: Callable[[float], None] = time.sleep
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The API server's answer, a 429 sent again after its Retry-After (at most the
+        client's timeout each, RETRY_429 times); errors as httpx raises them."""
+        for _ in range(RETRY_429):
+            r = self._http.request(method, path, **kwargs)
+            if r.status_code != 429:
+                return r
+            wait = retry_after_s(r.headers.get("Retry-After"), self.timeout)
+            log.info("%s %s throttled by the API server (429): again in %.1f s", method, path,
+                     wait)
+            self.sleep(wait)
+        return self._http.request(method, path, **kwargs)
 
     def _auth(self, request: httpx.Request) -> httpx.Request:
         try:
@@ -95,7 +115,7 @@ class ResizeActuator(Actuator):
     def _pod(self, container_id: str) -> dict[str, Any]:
         where = self._locate(container_id)
         try:
-            r = self._http.get(self._path(where))
+            r = self._send("GET", self._path(where))
         except httpx.HTTPError as exc:
             raise ActuatorError(container_id, f"API server unreachable: {exc}") from exc
         if r.status_code == 404:
@@ -134,7 +154,7 @@ class ResizeActuator(Actuator):
             resources["requests"] = {"cpu": millicores(after)}
         body = {"spec": {"containers": [{"name": where.container, "resources": resources}]}}
         try:
-            r = self._http.patch(self._path(where) + "/resize", json=body, headers={
+            r = self._send("PATCH", self._path(where) + "/resize", json=body, headers={
                 "Content-Type": "application/strategic-merge-patch+json"})
         except httpx.HTTPError as exc:
             raise ActuatorError(container_id, f"API server unreachable: {exc}") from exc
