@@ -8,10 +8,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from loopback import JsonHandler, serving
 from planelib import free_port
 from servelib import serve
 
@@ -36,7 +37,7 @@ def real_manager(port: int | None = None, **settings: object) -> Iterator[tuple[
         yield url, app
 
 
-class _FaultyManager(BaseHTTPRequestHandler):
+class _FaultyManager(JsonHandler):
     """Fault injection: a manager that answers 500, or that never answers (hangs)."""
 
     mode = "500"
@@ -48,14 +49,7 @@ class _FaultyManager(BaseHTTPRequestHandler):
         if self.mode == "hang":
             self.release.wait(30)
             return
-        body = b'{"detail": "injected failure"}'
-        self.send_response(500)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply(500, b'{"detail": "injected failure"}')
 
 
 @contextmanager
@@ -64,14 +58,11 @@ def faulty_manager(mode: str) -> Iterator[tuple[str, type[_FaultyManager]]]:
                                                  "calls": 0})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    finally:
-        handler.release.set()
-        server.shutdown()
-        server.server_close()
+    with serving(server) as url:
+        try:
+            yield url, handler
+        finally:
+            handler.release.set()  # before the server's shutdown waits for its threads
 
 
 def heartbeat(seq: int = 1) -> Heartbeat:

@@ -8,11 +8,11 @@ demand, so ``ThrottlingApi``, a small HTTP server on a loopback socket, answers 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
+from loopback import JsonHandler, serving
 
 from specon.retry_after import RETRY_429, RETRY_AFTER_MAX_S, retry_after_s
 from specon_agent.actuators.base import ActuatorError, CpuLimit
@@ -27,9 +27,10 @@ class ThrottlingApi(ThreadingHTTPServer):
     throttled = 0
     retry_after = "0"
     seen: list[str]
+    url = ""
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     server: ThrottlingApi
 
     def _answer(self) -> None:
@@ -38,37 +39,26 @@ class _Handler(BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)
         if len(self.server.seen) <= self.server.throttled:
-            body = b'{"kind":"Status","reason":"TooManyRequests","message":"slow down"}'
-            self.send_response(429)
-            self.send_header("Retry-After", self.server.retry_after)
+            self.reply(429, b'{"kind":"Status","reason":"TooManyRequests","message":"slow down"}',
+                       {"Retry-After": self.server.retry_after})
         else:
-            body = json.dumps(POD).encode()
-            self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+            self.reply(200, json.dumps(POD).encode())
 
     do_GET = do_PATCH = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
 def api() -> Iterator[ThrottlingApi]:
     srv = ThrottlingApi(("127.0.0.1", 0), _Handler)
     srv.seen = []
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(srv) as url:
+        srv.url = url
+        yield srv
 
 
 @pytest.fixture
 def actuator(api: ThrottlingApi) -> Iterator[tuple[ResizeActuator, list[float]]]:
-    act = ResizeActuator(4.0, f"http://127.0.0.1:{api.server_address[1]}", timeout=5.0)
+    act = ResizeActuator(4.0, api.url, timeout=5.0)
     waits: list[float] = []
     act.sleep = waits.append  # the waits are recorded, not slept
     act.register("c1", "ns", "p", "main")

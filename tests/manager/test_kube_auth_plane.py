@@ -7,6 +7,7 @@ checked against. A rotation is two TokenRequest tokens of two ServiceAccounts (`
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,15 @@ def accounts(plane: Plane, plane_namespace: str) -> tuple[str, str, str]:
     return ns, plane.request_token(ns, "old"), plane.request_token(ns, "new")
 
 
+@pytest.fixture
+def closing() -> Iterator[Callable[[Kube], Kube]]:
+    """Closes every client passed through it when the test ends, passed or not."""
+    clients: list[Kube] = []
+    yield lambda kube: clients.append(kube) or kube
+    for kube in clients:
+        kube.close()
+
+
 def revoke_old(plane: Plane, ns: str, old_token: str) -> None:
     """Delete ServiceAccount ``old``: its tokens are refused from then on."""
     plane.kubectl("delete", "serviceaccount", "-n", ns, "old")
@@ -61,8 +71,21 @@ def revoke_old(plane: Plane, ns: str, old_token: str) -> None:
     probe.close()
 
 
+def rotate_and_revoke(plane: Plane, accounts: tuple[str, str, str], kube: Kube,
+                      token: Path) -> None:
+    """The client acts as ``old``; write ``new`` into ``token`` (where its credentials come
+    from) and revoke ``old``: the next request is refused once (401), then sent again as
+    ``new`` with the token read again."""
+    ns, old, new = accounts
+    assert whoami(kube) == sa_user(ns, "old")
+    token.write_text(new)
+    revoke_old(plane, ns, old)
+    assert whoami(kube) == sa_user(ns, "new")
+
+
 def test_in_cluster_client_reads_the_rotated_token_file_without_a_restart(
-    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, closing: Callable[[Kube], Kube]
 ) -> None:
     ns, old, new = accounts
     # The pod's service-account folder, as the kubelet projects it.
@@ -71,65 +94,58 @@ def test_in_cluster_client_reads_the_rotated_token_file_without_a_restart(
     monkeypatch.setattr(kube_module, "SA_DIR", tmp_path)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(plane.ports["apiserver"]))
-    kube = Kube.in_cluster()
+    kube = closing(Kube.in_cluster())
     assert whoami(kube) == sa_user(ns, "old")
     (tmp_path / "token").write_text(new)  # the kubelet's rotation; the old token stays valid
     wait_for("the new token in use", lambda: whoami(kube) == sa_user(ns, "new"))
-    kube.close()
 
 
 def test_a_refused_token_is_read_again_at_once(
-    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path
+    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path,
+    closing: Callable[[Kube], Kube]
 ) -> None:
-    ns, old, new = accounts
     token = tmp_path / "token"
-    token.write_text(old)
+    token.write_text(accounts[1])
     # Never re-read on its own: only the 401 can make it read the file again.
-    kube = Kube(plane.server, token=TokenFile(token, recheck_s=3600),
-                ca_file=str(plane.ca_file))
-    assert whoami(kube) == sa_user(ns, "old")
-    token.write_text(new)
-    revoke_old(plane, ns, old)
-    assert whoami(kube) == sa_user(ns, "new")  # one 401, the file read again, the retry
-    kube.close()
+    kube = closing(Kube(plane.server, token=TokenFile(token, recheck_s=3600),
+                        ca_file=str(plane.ca_file)))
+    rotate_and_revoke(plane, accounts, kube, token)
 
 
 @pytest.mark.parametrize("api_version", ["client.authentication.k8s.io/v1",
                                          "client.authentication.k8s.io/v1beta1"])
 def test_exec_plugin_token_is_cached_and_renewed_when_refused(
-    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path, api_version: str
+    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path, api_version: str,
+    closing: Callable[[Kube], Kube]
 ) -> None:
-    ns, old, new = accounts
     folder = tmp_path / "kube"
-    config = execplugin.write(folder, plane.server, plane.ca_file, old, api_version,
+    config = execplugin.write(folder, plane.server, plane.ca_file, accounts[1], api_version,
                               life_s=3600)
-    kube = Kube.from_kubeconfig(config)  # relative CA and command: found beside the file
-    assert whoami(kube) == sa_user(ns, "old")
-    assert whoami(kube) == sa_user(ns, "old")
+    # Relative CA and command: found beside the file.
+    kube = closing(Kube.from_kubeconfig(config))
+    assert whoami(kube) == sa_user(accounts[0], "old")
+    assert whoami(kube) == sa_user(accounts[0], "old")
     runs = execplugin.runs(folder)
     assert len(runs) == 1  # the token is kept until it expires
     assert runs[0]["apiVersion"] == api_version
     spec: Any = runs[0]["spec"]
     assert spec["interactive"] is False and spec["cluster"]["server"] == plane.server
-    (folder / "token").write_text(new)
-    revoke_old(plane, ns, old)
-    assert whoami(kube) == sa_user(ns, "new")  # refused, so the plugin ran again
+    rotate_and_revoke(plane, accounts, kube, folder / "token")  # refused: the plugin runs again
     assert len(execplugin.runs(folder)) == 2
-    kube.close()
 
 
 def test_exec_plugin_runs_again_once_its_token_expires(
-    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path
+    plane: Plane, accounts: tuple[str, str, str], tmp_path: Path,
+    closing: Callable[[Kube], Kube]
 ) -> None:
     ns, old, _ = accounts
     folder = tmp_path / "kube"
     # A token that expires within the renewal margin is renewed before each request.
-    kube = Kube.from_kubeconfig(execplugin.write(folder, plane.server, plane.ca_file, old,
-                                                 life_s=1))
+    kube = closing(Kube.from_kubeconfig(execplugin.write(folder, plane.server, plane.ca_file,
+                                                         old, life_s=1)))
     assert whoami(kube) == sa_user(ns, "old")
     assert whoami(kube) == sa_user(ns, "old")
     assert len(execplugin.runs(folder)) == 2
-    kube.close()
 
 
 def _with_server_name(plane: Plane, path: Path, name: str) -> Path:

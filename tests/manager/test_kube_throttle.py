@@ -7,13 +7,13 @@ requests, then 200."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
+from loopback import JsonHandler, serving
 
 from specon_manager.kube import RETRY_429, Kube, KubeError
 from specon_manager.kube_auth import CredentialError
@@ -22,43 +22,33 @@ from specon_manager.kube_auth import CredentialError
 class ThrottlingServer(ThreadingHTTPServer):
     throttled = 0
     seen = 0
+    url = ""
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     server: ThrottlingServer
 
     def _answer(self) -> None:
         self.server.seen += 1
         if self.server.seen <= self.server.throttled:
-            body = b'{"kind":"Status","reason":"TooManyRequests","message":"slow down"}'
-            self.send_response(429)
-            self.send_header("Retry-After", "0")
+            self.reply(429, b'{"kind":"Status","reason":"TooManyRequests","message":"slow down"}',
+                       {"Retry-After": "0"})
         else:
-            body = b'{"ok":true}'
-            self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+            self.reply(200, b'{"ok":true}')
 
     do_GET = do_PATCH = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
 def server() -> Iterator[ThrottlingServer]:
     srv = ThrottlingServer(("127.0.0.1", 0), _Handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(srv) as url:
+        srv.url = url
+        yield srv
 
 
 def _url(srv: ThrottlingServer) -> str:
-    return f"http://127.0.0.1:{srv.server_address[1]}"
+    return srv.url
 
 
 def test_a_throttled_request_is_sent_again_after_retry_after(server: ThrottlingServer) -> None:

@@ -4,11 +4,11 @@ client takes a token before each request it sends, retries included."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
+from loopback import JsonHandler, serving
 
 from specon_manager.kube import Kube
 from specon_manager.rate_limit import TokenBucket
@@ -58,27 +58,15 @@ def test_a_bucket_needs_a_rate_and_a_burst() -> None:
             TokenBucket(qps, burst)
 
 
-class _Ok(BaseHTTPRequestHandler):
+class _Ok(JsonHandler):
     def do_GET(self) -> None:
-        body = b'{"items":[]}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply(200, b'{"items":[]}')
 
 
 @pytest.fixture
 def url() -> Iterator[str]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _Ok)) as out:
+        yield out
 
 
 def test_the_client_takes_a_token_per_request_and_its_copies_share_the_bucket(url: str) -> None:

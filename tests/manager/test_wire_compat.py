@@ -10,12 +10,13 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from loopback import JsonHandler
 from managerlib import TOKENS, auth, serve
 from pydantic import BaseModel
 
@@ -122,21 +123,13 @@ def test_the_manager_takes_the_previous_and_the_next_releases_heartbeats(manager
     assert r.status_code == 422 and "docs/upgrades.md" in r.text, r.text
 
 
-class NewerManager(BaseHTTPRequestHandler):
+class NewerManager(JsonHandler):
     """A manager of a later release, as far as the agent can tell: it answers with an added
     field at every level of its replies."""
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
-        body = json.dumps(newer(sample("heartbeat-reply"))).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: Any) -> None:
-        pass
+        self.reply(200, json.dumps(newer(sample("heartbeat-reply"))).encode())
 
 
 def test_the_agent_reads_a_newer_managers_replies() -> None:

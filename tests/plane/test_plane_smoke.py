@@ -7,12 +7,13 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from loopback import JsonHandler
 from planelib import KWOK_NODE_ANNOTATION, Plane, dump_json, free_port
 
 pytestmark = pytest.mark.plane
@@ -202,7 +203,7 @@ def test_request_without_rbac_permission_is_refused(
     assert "reader" in res.stderr  # refused for this ServiceAccount, not for a bad token
 
 
-class _Extender(BaseHTTPRequestHandler):
+class _Extender(JsonHandler):
     """A scheduler extender that keeps only the node named by the server's `only` attribute and
     records every request body (real HTTP: kube-scheduler is the client)."""
 
@@ -216,15 +217,7 @@ class _Extender(BaseHTTPRequestHandler):
                  "FailedNodes": {n: "not chosen by the test extender"
                                  for n in names if n not in keep},
                  "Error": ""}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.reply(200, json.dumps(reply).encode())
 
 
 @pytest.fixture
