@@ -9,12 +9,14 @@ once with a fresh token, a 429 after its ``Retry-After`` (bounded)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
 import os
 import socket
 import ssl
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,6 +85,9 @@ class Kube:
         #: Every request (each retry and each watch too) first takes a token here; None: no
         #: client-side limit. Shared by :meth:`fenced` and :meth:`with_timeout` copies.
         self.rate: TokenBucket | None = None
+        #: The watches open now (shared by the copies, as the pool is): :meth:`close` ends
+        #: them before it closes their sockets.
+        self._watches = _OpenWatches()
 
     def fenced(self, fence: Callable[[], None]) -> Kube:
         """This client (the same connection pool) with every write first passed through
@@ -151,6 +156,10 @@ class Kube:
                    ca_file=str(SA_DIR / "ca.crt"))
 
     def close(self) -> None:
+        """Close the connection pool, first ending every watch still open (a thread blocked
+        reading a watch while its socket is closed under it may read from whatever socket gets
+        that descriptor next: the plane tests saw TLS records of two connections mixed)."""
+        self._watches.end_all()
         self._http.close()
 
     # -- verbs ---------------------------------------------------------------------------------
@@ -255,9 +264,10 @@ class Kube:
                     raise self._refusal(resp)
                 if on_open is not None:
                     on_open()
-                for line in resp.iter_lines():
-                    if line.strip():
-                        yield json.loads(line)
+                with self._watches.open(resp):
+                    for line in resp.iter_lines():
+                        if line.strip():
+                            yield json.loads(line)
         except httpx.HTTPError as exc:
             raise KubeError(TRANSPORT, type(exc).__name__, f"WATCH {path}: {exc}") from exc
         except ValueError as exc:
@@ -357,3 +367,51 @@ def event_body(obj: dict[str, Any], reason: str, message: str, *, action: str,
     ``reportingController`` specon-manager and this replica as ``reportingInstance``)."""
     return kube_event_body(obj, reason, message, action=action, controller=EVENT_CONTROLLER,
                            instance=event_instance(), kind=kind, warning=warning)
+
+
+class _OpenWatches:
+    """The sockets of the watches open now, so that closing the client first shuts them (which
+    wakes a thread blocked reading one) and waits a moment for their readers to let go."""
+
+    WAIT_S = 2.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[int, tuple[socket.socket | None, threading.Event]] = {}
+
+    def open(self, resp: httpx.Response) -> _Registration:
+        stream = resp.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        return _Registration(self, sock if isinstance(sock, socket.socket) else None)
+
+    def add(self, key: int, sock: socket.socket | None, done: threading.Event) -> None:
+        with self._lock:
+            self._open[key] = (sock, done)
+
+    def remove(self, key: int) -> None:
+        with self._lock:
+            self._open.pop(key, None)
+
+    def end_all(self) -> None:
+        with self._lock:
+            open_now = list(self._open.values())
+        for sock, _ in open_now:
+            if sock is not None:
+                # the plain socket's shutdown: an SSLSocket's own drops its TLS state
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        deadline = time.monotonic() + self.WAIT_S
+        for _, done in open_now:
+            done.wait(max(0.0, deadline - time.monotonic()))
+
+
+class _Registration:
+    def __init__(self, owner: _OpenWatches, sock: socket.socket | None) -> None:
+        self.owner, self.sock, self.done = owner, sock, threading.Event()
+
+    def __enter__(self) -> None:
+        self.owner.add(id(self), self.sock, self.done)
+
+    def __exit__(self, *exc: object) -> None:
+        self.owner.remove(id(self))
+        self.done.set()

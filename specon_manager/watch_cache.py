@@ -93,6 +93,8 @@ class WatchCache:
                 delay = RETRY_S
             except (KubeError, OSError, ValueError) as exc:
                 self._current.clear()
+                if self._stop.is_set():  # its client closed its watch under it: stopping
+                    return
                 if isinstance(exc, KubeError) and exc.status == 410:
                     version = ""
                 log.warning("watch %s: %s; again in %.1f s", self.name, exc, delay)

@@ -361,3 +361,23 @@ def test_a_version_too_old_lists_again_and_reads_go_to_the_api_until_then(
     finally:
         cache.stop()
         kube.close()
+
+
+def test_closing_the_client_ends_an_open_watch_before_its_socket_is_closed(
+        plane: Plane, plane_namespace: str) -> None:
+    """Stopping a cache and closing its client while the watch is blocked reading (no event
+    for minutes) ends the watch's thread at once: a reader left blocked on a closed socket's
+    descriptor may later read another connection's TLS records (seen in these tests as
+    DECRYPTION_FAILED_OR_BAD_RECORD_MAC on the next test's connection)."""
+    kube = Kube.from_kubeconfig(plane.kubeconfig)
+    cache = WatchCache(kube, f"/api/v1/namespaces/{plane_namespace}/pods", "pods",
+                       watch_timeout_s=600, labelSelector="specon.io/migratable=true")
+    cache.start()
+    assert cache.wait_current(30)
+    time.sleep(1)  # the watch is open and its thread blocked reading it
+    thread = cache._thread
+    assert thread is not None and thread.is_alive()
+    cache.stop()
+    kube.close()
+    thread.join(10)  # the server would end the watch only after 600 s
+    assert not thread.is_alive(), "the watch thread still reads a socket its client closed"
