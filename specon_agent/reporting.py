@@ -52,7 +52,7 @@ def job_report(job: FollowedJob, view: JobView, now: float, limit: float,
         work_done_s=(job.load.attained if job.load is not None and measured(job)
                      else None),
         demand_cores=job.cap,
-        checkpoint=checkpoint))
+        checkpoint=checkpoint, total_steps=t.total_steps, created=t.created))
 
 
 def _qos_report(job: FollowedJob, now: float, report: JobReport) -> JobReport:
