@@ -405,6 +405,9 @@ except ImportError:  # pragma: no cover - only while the recorder is absent
     pass
 
 
+import specon.whatif_cmd as _whatif  # noqa: E402  (registers `specon whatif` on app)
+
+
 def _fail(message: str, code: int) -> NoReturn:
     err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     sys.exit(code)
@@ -417,6 +420,8 @@ def main() -> None:
         code = app(prog_name="specon", standalone_mode=False)
     except (UsageError, WorkloadError) as exc:
         _fail(str(exc), 2)
+    except _whatif.Unreachable as exc:
+        _fail(str(exc), 1)
     except typer.Abort:
         sys.exit(130)
     except OSError as exc:  # reading or writing a file failed midway

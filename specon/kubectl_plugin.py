@@ -68,6 +68,12 @@ def kubectl(opts: argparse.Namespace, *args: str, raw: bool = False) -> Obj:
     return out
 
 
+def proxy_path(namespace: str, service: str, route: str) -> str:
+    """The API server's path that proxies ``route`` to the manager's Service
+    (``[SCHEME:]NAME[:PORT]``, as ``--manager`` names it)."""
+    return f"/api/v1/namespaces/{namespace}/services/{service}/proxy{route}"
+
+
 def manager_jobs(opts: argparse.Namespace) -> dict[tuple[str, str], Obj]:
     """The manager's jobs by (namespace, pod), each with ``eta_s`` (seconds from the manager's
     now; None: unknown), through the API server's service proxy; empty where it cannot be
@@ -76,8 +82,7 @@ def manager_jobs(opts: argparse.Namespace) -> dict[tuple[str, str], Obj]:
         return {}
     ns, _, service = opts.manager.partition("/")
     try:
-        got = kubectl(opts, f"/api/v1/namespaces/{ns}/services/{service}/proxy/status/jobs",
-                      raw=True)
+        got = kubectl(opts, proxy_path(ns, service, "/status/jobs"), raw=True)
         now, out = float(got["time"]), {}
         for j in got["jobs"]:
             left = j.get("predicted_finish_s")

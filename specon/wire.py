@@ -118,6 +118,11 @@ class JobReport(_Wire):
     slack_s: Finite | None = None
     #: The job's last verified checkpoint (None: none seen); answers a CheckpointRequest.
     checkpoint: SavedCheckpoint | None = None
+    #: The steps the pod declares it runs in all (``specon.io/total-steps``); None: none
+    #: declared, and from agents older than this field (``specon whatif`` estimates it).
+    total_steps: Annotated[int, Field(gt=0, le=MAX_SEQ)] | None = None
+    #: The pod's creation, seconds since the epoch (agent clock); None: not known.
+    created: NonNeg | None = None
 
 
 class Heartbeat(_Wire):

@@ -52,7 +52,9 @@ def job_report(job: FollowedJob, view: JobView, now: float, limit: float,
         work_done_s=(job.load.attained if job.load is not None and measured(job)
                      else None),
         demand_cores=job.cap,
-        checkpoint=checkpoint))
+        checkpoint=checkpoint, total_steps=t.total_steps,
+        # an engine's zero time (year 1) is no creation time: the report must stay valid
+        created=t.created if t.created is not None and t.created >= 0 else None))
 
 
 def _qos_report(job: FollowedJob, now: float, report: JobReport) -> JobReport:

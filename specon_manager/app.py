@@ -47,6 +47,8 @@ from specon_manager.request_limits import ListenerSplit, intake_for
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
 from specon_manager.status import router as status_router
+from specon_manager.whatif_input import LossHistory
+from specon_manager.whatif_input import router as whatif_router
 
 log = logging.getLogger(__name__)
 
@@ -249,5 +251,7 @@ def create_app(
     if settings.extender_port:
         app.add_middleware(ListenerSplit, extender_port=settings.extender_port)
     if settings.expose_status:
+        h.losses = LossHistory()
         app.include_router(status_router)
+        app.include_router(whatif_router)
     return app

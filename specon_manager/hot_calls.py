@@ -31,6 +31,7 @@ from specon_manager.metrics import ManagerMetrics
 from specon_manager.qos_book import QosBook
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
+from specon_manager.whatif_input import LossHistory
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class Handlers:
         self.pod_on_node = pod_on_node
         self.wall_clock = wall_clock
         self.standby = standby
+        #: Each job's recent losses, for ``/status/whatif-input`` (None: not served).
+        self.losses: LossHistory | None = None
         # TokenReviews (a token not yet in the cache) run on worker threads, a few at a time,
         # so that a flood of unknown tokens neither blocks the event loop nor the API server.
         self.reviews = anyio.CapacityLimiter(4)
@@ -184,6 +187,8 @@ class Handlers:
         kept = self._known_jobs(hb) if self.pod_on_node is not None and hb.jobs else hb
         recorded = self.state.record(kept, body if kept is hb else None)
         self.c_accepted.inc()
+        if recorded and self.losses is not None:
+            self.losses.add(kept)
         if not recorded:  # valid, but older than the node's last: answered accepted=false
             self.c_superseded.inc()
         reqs = self.state.checkpoint_requests(node)

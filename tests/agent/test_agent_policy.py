@@ -69,6 +69,9 @@ def test_the_progress_policy_gives_the_node_to_the_job_with_least_work_left() ->
     assert report[f"p-{SHORT}"].work_s == pytest.approx(50.0)
     assert report[f"p-{SHORT}"].work_done_s == pytest.approx(950.0)
     assert report[f"p-{LONG}"].step == 100
+    # what `specon whatif` reads through the manager: the total each pod declares
+    assert {j.pod: j.total_steps for j in report.values()} == {
+        f"p-{LONG}": 1000, f"p-{SHORT}": 1000, f"p-{NEW}": 1000}
 
 
 def test_the_research_policy_keeps_flowcon_and_asks_to_move() -> None:

@@ -150,7 +150,8 @@ def test_fuzz_reallocate(server: Any, hdr: dict[str, str], body: Any, raw: bytes
 @pytest.mark.slow
 @SETTINGS
 @given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
-       path=st.sampled_from(["/metrics", "/status", "/healthz", "/readyz", "/docs",
+       path=st.sampled_from(["/metrics", "/status", "/status/whatif-input", "/healthz",
+                             "/readyz", "/docs",
                              "/openapi.json", "/v1/heartbeat", "/filter", "/nope"]),
        body=raw_bodies)
 def test_fuzz_other_endpoints(server: Any, method: str, path: str, body: bytes) -> None:

@@ -185,9 +185,11 @@ def test_get_shows_the_managers_live_view_through_the_service_proxy(
                        headers={"Authorization": f"Bearer {token('node-7')}"},
                        json=heartbeat(node, cpus=4, jobs=[
             {"namespace": ns, "pod": "train-c", "uid": uid["train-c"], "category": "WC",
-             "limit": 0.25, "predicted_finish_s": 1800.0},
+             "limit": 0.25, "predicted_finish_s": 1800.0, "step": 100, "loss": 1.0,
+             "work_done_s": 50.0, "work_s": 50.0},
             {"namespace": ns, "pod": "train-d", "uid": uid["train-d"], "category": "PC",
-             "limit": 0.5}]))  # no prediction yet
+             "limit": 0.5, "step": 200, "total_steps": 400, "loss": 0.5,
+             "work_done_s": 100.0, "work_s": 100.0}]))  # no prediction yet
         assert r.status_code == 200, r.text
         # the manager as the chart runs it: a pod (this host's address as its IP, which the
         # API server checks before it proxies) behind a Service
@@ -217,6 +219,20 @@ def test_get_shows_the_managers_live_view_through_the_service_proxy(
         table = specon(plugin_env, "get", "-n", ns, "--manager", f"{ns}/https:mgr:https").stdout
         row = next(r.split() for r in table.splitlines() if r.startswith("train-c "))
         assert row[3:5] == ["WC", "1"] and row[6] in ("29m", "30m")
+        # `specon whatif` reaches the manager the same way, with the user's kubeconfig
+        got = subprocess.run(
+            [sys.executable, "-m", "specon", "whatif", "--namespace", ns, "--service",
+             "https:mgr:https", "--seeds", "1", "--json"], env=plugin_env, capture_output=True,
+            text=True, timeout=300, check=False)
+        assert got.returncode == 0, got.stderr
+        told = json.loads(got.stdout)
+        assert told["jobs"] == 2 and set(told["policies"]) == {"default", "progress"}
+        assert any("1 job(s) declare no total steps" in n for n in told["notes"])
+        got = subprocess.run(
+            [sys.executable, "-m", "specon", "whatif", "--namespace", ns, "--service",
+             "https:no-such-service:https"], env=plugin_env, capture_output=True, text=True,
+            timeout=300, check=False)
+        assert got.returncode == 1 and "through the API server" in got.stderr
     finally:
         manager.terminate()
         manager.wait_exit()

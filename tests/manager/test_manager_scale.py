@@ -230,11 +230,13 @@ def test_deeply_nested_json_is_4xx(manager: Any, path: str) -> None:
 def test_status_metrics_and_docs_exposure_follow_the_settings() -> None:
     off = ManagerSettings(kubernetes=False, expose_status=False, expose_metrics=False)
     with serve(create_app(off)) as url:
-        for path in ("/status", "/status/jobs", "/metrics", "/docs", "/openapi.json"):
+        for path in ("/status", "/status/jobs", "/status/whatif-input", "/metrics", "/docs",
+                     "/openapi.json"):
             assert httpx.get(f"{url}{path}").status_code == 404, path
         assert httpx.get(f"{url}/healthz").status_code == 200
     with serve(create_app(ManagerSettings(kubernetes=False))) as url:
         assert httpx.get(f"{url}/status").status_code == 200
         assert httpx.get(f"{url}/status/jobs").json()["jobs"] == []
+        assert httpx.get(f"{url}/status/whatif-input").json()["jobs"] == []
         assert httpx.get(f"{url}/metrics").status_code == 200
         assert httpx.get(f"{url}/docs").status_code == 404
