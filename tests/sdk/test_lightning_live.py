@@ -85,3 +85,28 @@ def test_every_step_reaches_the_agent_through_the_callback(python: str, tmp_path
     csv = ProgressSource(tmp_path / "logs/csv/version_0/metrics.csv", "csv").poll()
     assert csv.steps == [r["step"] for r in records]
     assert csv.losses == pytest.approx([r["loss"] for r in records])
+
+
+def test_a_checkpoint_request_stops_the_job_and_a_restart_continues_its_steps(
+        python: str, tmp_path: Path) -> None:
+    """The agent's request (here written by the job itself at step 15) makes the callback save
+    and exit 143; the restarted job resumes model, optimizer and Lightning's loop counters and
+    reports from step 16 on. Lightning 2.0 restarts an interrupted epoch's data (and warns that
+    a mid-epoch resume is not exact), so only the step count is compared, not the losses."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    progress = tmp_path / "progress.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECON_PROGRESS_FILE": str(progress),
+           "SPECON_CHECKPOINT_DIR": str(ckpt)}
+    first = subprocess.run([python, str(JOB), str(tmp_path / "a"), "15"], cwd=tmp_path, env=env,
+                           capture_output=True, check=False)
+    assert first.returncode == 143, first.stderr[-2000:]
+    second = subprocess.run([python, str(JOB), str(tmp_path / "b")], cwd=tmp_path, env=env,
+                            capture_output=True, check=False)
+    assert second.returncode == 0, second.stderr[-2000:]
+    events = [json.loads(line) for line in progress.read_text().splitlines()]
+    kinds = [(e["event"], e.get("step")) for e in events if e["event"] != "progress"]
+    assert kinds == [("checkpoint", 15), ("stop", 15), ("resume", 15)]
+    steps = [e["step"] for e in events if e["event"] == "progress"]
+    assert steps[:16] == list(range(1, 17))  # 16 right after the resume
+    assert steps == sorted(set(steps))  # monotonic across the restart, no step twice
