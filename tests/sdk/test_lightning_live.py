@@ -33,7 +33,7 @@ def python() -> str:
     probe = subprocess.run([found, "-c", check],
                            capture_output=True, check=False) if Path(found).exists() else None
     if probe is None or probe.returncode != 0:
-        pytest.skip("no Lightning environment (hack/test.d/35-lightning.sh makes one)")
+        pytest.skip("no Lightning environment (hack/test.d/35-frameworks.sh makes one)")
     return found
 
 
