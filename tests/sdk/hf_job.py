@@ -41,7 +41,9 @@ def main() -> None:
                              num_train_epochs=3, logging_steps=1, report_to=[], no_cuda=True,
                              save_strategy="no", learning_rate=0.05, disable_tqdm=False)
     stop = [AskToStop(int(sys.argv[1]))] if len(sys.argv) > 1 else []
-    Trainer(model=Model(), args=args, train_dataset=data, callbacks=[*stop, SpeconCallback()]).train()
+    trainer = Trainer(model=Model(), args=args, train_dataset=data,
+                      callbacks=[*stop, SpeconCallback()])
+    trainer.train()
 
 
 if __name__ == "__main__":

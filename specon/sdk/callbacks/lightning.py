@@ -25,7 +25,7 @@ except ImportError:
 __all__ = ["SpeconCallback"]
 
 
-class SpeconCallback(_pl.Callback):  # type: ignore[misc,name-defined]
+class SpeconCallback(_pl.Callback):  # type: ignore[misc]
     """Reports ``step`` (the trainer's global step), ``loss`` (the training step's output, else
     ``callback_metrics[loss_key]``) and ``total_steps`` (the trainer's estimate) every
     ``every`` steps. ``checkpoint=False`` leaves checkpoints to the caller."""
