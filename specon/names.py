@@ -25,6 +25,9 @@ LABEL_MIGRATABLE = "specon.io/migratable"
 #: The job's progress file and checkpoint folder, relative to the shared volume's root.
 ANNOTATION_PROGRESS_FILE = "specon.io/progress-file"
 ANNOTATION_CHECKPOINT_DIR = "specon.io/checkpoint-dir"
+#: A metrics CSV file (Lightning's CSVLogger ``metrics.csv``) the agent reads the loss from,
+#: when the job writes no progress file; like the two above, beneath the namespace's folder.
+ANNOTATION_METRICS_CSV = "specon.io/metrics-csv"
 #: A pattern with a ``(?P<loss>…)`` group for logs in no known format.
 ANNOTATION_LOSS_REGEX = "specon.io/loss-regex"
 #: Quality target and deadline (docs/qos.md), and the job's total steps.
@@ -68,7 +71,8 @@ THREADS_FILE = "threads.json"
 
 LABELS = (LABEL_TRAINING, LABEL_MIGRATABLE, LABEL_MIGRATING)
 ANNOTATIONS = (
-    ANNOTATION_PROGRESS_FILE, ANNOTATION_CHECKPOINT_DIR, ANNOTATION_LOSS_REGEX,
+    ANNOTATION_PROGRESS_FILE, ANNOTATION_CHECKPOINT_DIR, ANNOTATION_METRICS_CSV,
+    ANNOTATION_LOSS_REGEX,
     ANNOTATION_TARGET_LOSS, ANNOTATION_DEADLINE, ANNOTATION_STOP_AT_TARGET,
     ANNOTATION_TOTAL_STEPS, ANNOTATION_MIGRATION, ANNOTATION_MIGRATED, ANNOTATION_MIGRATED_AT,
     ANNOTATION_REBALANCED, ANNOTATION_MIGRATION_ID, ANNOTATION_MOVE_COST,

@@ -136,6 +136,9 @@ class Agent:
         if t.progress_path is not None and t.progress_path.parent.is_dir():
             return ProgressSource(t.progress_path, "plain", self.config.tail_bytes, t.loss_regex,
                                   root=t.file_root)
+        if t.metrics_csv is not None:
+            # Named by the pod: followed even before the logger creates it (at its first flush).
+            return ProgressSource(t.metrics_csv, "csv", root=t.file_root)
         if t.log_path is not None:
             return ProgressSource(t.log_path, t.log_kind, self.config.tail_bytes, t.loss_regex)
         log.warning("%s: neither a progress file nor a log this agent can read", t.name)

@@ -48,9 +48,12 @@ class Target:
     log_kind: str = "docker-json"  # or "cri"
     progress_path: Path | None = None  # the SDK's progress file, as this agent sees it
     checkpoint_dir: Path | None = None
-    #: The root that progress_path and checkpoint_dir come from a pod's annotations beneath:
-    #: the agent opens them confined to it (specon_agent.safefs), never through a symlink.
-    #: A pod's paths lie in its namespace's folder of it (specon_agent.tenancy).
+    #: A metrics CSV file (specon.io/metrics-csv), read when there is no progress file.
+    metrics_csv: Path | None = None
+    #: The root that progress_path, checkpoint_dir and metrics_csv come from a pod's
+    #: annotations beneath: the agent opens them confined to it (specon_agent.safefs), never
+    #: through a symlink. A pod's paths lie in its namespace's folder of it
+    #: (specon_agent.tenancy).
     file_root: Path | None = None
     #: (what, why) for each path the pod named that was refused (counted at arrival).
     file_refusals: tuple[tuple[str, str], ...] = ()
@@ -261,7 +264,7 @@ def pod_targets(
     ann = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
     # Beneath the folder of the pod's own namespace, whatever the annotations say.
-    progress, ckpt, refused = pod_files(progress_root, ns, ann)
+    files, refused = pod_files(progress_root, ns, ann)
     qos, problem, created = read_qos(ann, meta.get("creationTimestamp"))
     out = []
     for cs in status.get("containerStatuses") or []:
@@ -274,7 +277,8 @@ def pod_targets(
             path = newest_cri_log(cdir) or path
         out.append(Target(
             cid=bare_id(cid), namespace=ns, pod=name, container=cs.get("name", "main"), uid=uid,
-            log_path=path, log_kind="cri", progress_path=progress, checkpoint_dir=ckpt,
+            log_path=path, log_kind="cri", progress_path=files["progress"],
+            checkpoint_dir=files["checkpoint"], metrics_csv=files["metrics-csv"],
             file_root=progress_root, file_refusals=refused,
             migratable=labels.get(names.LABEL_MIGRATABLE) == "true",
             loss_regex=ann.get(ANNOTATION_REGEX) or None,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specon.csvmetrics import CsvMetricsParser
 from specon.logparse import LogParser
 
 from .tail import STREAMS, FileTail, TailStats, decoder_for
@@ -38,8 +39,9 @@ class Reading:
 
 
 class ProgressSource:
-    """Follows one file of one job. ``kind``: ``plain`` (the SDK's JSON lines), ``docker-json``
-    or ``cri``. ``regex`` is a user's loss pattern (a ``(?P<loss>...)`` group). ``path_fn``
+    """Follows one file of one job. ``kind``: ``plain`` (the SDK's JSON lines), ``csv`` (a
+    metrics CSV file, read from its header: specon/csvmetrics.py), ``docker-json`` or ``cri``.
+    ``regex`` is a user's loss pattern (a ``(?P<loss>...)`` group). ``path_fn``
     (when given) is asked on every poll which file is current (a restarted pod container writes
     a new CRI log)."""
 
@@ -58,6 +60,8 @@ class ProgressSource:
         self.path = path
         self._regex = regex
         self._root = root
+        if kind == "csv":
+            tail_bytes = None  # its header is its first line; each poll reads a bounded part
         self._tail = FileTail(path, tail_bytes=tail_bytes, root=root)
         self._decoder = decoder_for(kind)
         self.regex_budget_s = regex_budget_s
@@ -69,7 +73,9 @@ class ProgressSource:
         self._path_fn = path_fn
         self.last_loss: float | None = None
 
-    def _new_parser(self) -> LogParser:
+    def _new_parser(self) -> LogParser | CsvMetricsParser:
+        if self.kind == "csv":
+            return CsvMetricsParser()
         return LogParser(regex=self._regex, regex_budget_s=self.regex_budget_s)
 
     def close(self) -> None:

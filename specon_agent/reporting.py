@@ -140,7 +140,7 @@ def count_reading(m: AgentMetrics, job: FollowedJob, source: ProgressSource,
     if st.refused and not job.refusal_seen:
         # Once per job: the open is refused again every poll while the path stays bad.
         job.refusal_seen = True
-        m.confinement_refusals.labels("progress").inc()
+        m.confinement_refusals.labels("metrics-csv" if source.kind == "csv" else "progress").inc()
         log.warning("%s: %s refused: outside %s, through a symlink, or not a regular file",
                     job.target.name, source.path, job.target.file_root)
 

@@ -276,7 +276,7 @@ def decoder_for(kind: str) -> DockerJsonDecoder | CriDecoder | PlainDecoder:
         return DockerJsonDecoder()
     if kind == "cri":
         return CriDecoder()
-    if kind == "plain":
+    if kind in ("plain", "csv"):
         return PlainDecoder()
     raise ValueError(f"unknown log format {kind!r}")
 

@@ -1,8 +1,9 @@
 """Where a pod's files are: beneath its own namespace's folder of the shared volume.
 
-A pod names its progress file and checkpoint folder in annotations (``specon.io/progress-file``,
-``specon.io/checkpoint-dir``). Each resolves beneath ``<progress_root>/<namespace>/``, the
-namespace being the pod's own as discovered from its metadata, never one an annotation names:
+A pod names its progress file, checkpoint folder and metrics CSV file in annotations
+(``specon.io/progress-file``, ``specon.io/checkpoint-dir``, ``specon.io/metrics-csv``). Each
+resolves beneath ``<progress_root>/<namespace>/``, the namespace being the pod's own as
+discovered from its metadata, never one an annotation names:
 
 - a relative path is taken from the namespace's folder: ``jobs/a`` in namespace ``training``
   is ``<root>/training/jobs/a``;
@@ -38,7 +39,8 @@ NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 #: The annotations that name files, and what their refusals are counted as.
 FILE_ANNOTATIONS = ((names.ANNOTATION_PROGRESS_FILE, "progress"),
-                    (names.ANNOTATION_CHECKPOINT_DIR, "checkpoint"))
+                    (names.ANNOTATION_CHECKPOINT_DIR, "checkpoint"),
+                    (names.ANNOTATION_METRICS_CSV, "metrics-csv"))
 
 
 def pod_path(root: Path, namespace: str, given: str) -> Path:
@@ -58,10 +60,11 @@ def pod_path(root: Path, namespace: str, given: str) -> Path:
 
 def pod_files(
     root: Path | None, namespace: str, annotations: Mapping[str, Any]
-) -> tuple[Path | None, Path | None, tuple[tuple[str, str], ...]]:
-    """(progress file, checkpoint folder, refusals) a pod's annotations name beneath its
-    namespace's folder; each refusal is (what, why). Nothing without a root."""
-    found: dict[str, Path | None] = {"progress": None, "checkpoint": None}
+) -> tuple[dict[str, Path | None], tuple[tuple[str, str], ...]]:
+    """The paths a pod's annotations name beneath its namespace's folder, by what they are
+    (``progress``, ``checkpoint``, ``metrics-csv``; None when not named), and the refusals,
+    each (what, why). Nothing without a root."""
+    found: dict[str, Path | None] = {what: None for _, what in FILE_ANNOTATIONS}
     refused: list[tuple[str, str]] = []
     for key, what in FILE_ANNOTATIONS:
         given = annotations.get(key)
@@ -71,7 +74,7 @@ def pod_files(
             found[what] = pod_path(root, namespace, given)
         except ConfinementError as exc:
             refused.append((what, f"{key} {given!r} refused: {exc.strerror or exc}"))
-    return found["progress"], found["checkpoint"], tuple(refused)
+    return found, tuple(refused)
 
 
 def count_refusals(name: str, refusals: tuple[tuple[str, str], ...], counter: Any) -> None:

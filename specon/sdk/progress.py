@@ -65,14 +65,27 @@ class Reporter:
     def _out(self) -> IO[str]:
         return self._stdout if self._stdout is not None else sys.stdout
 
+    def _print(self, line: str) -> None:
+        out = self._out()
+        # A Rich live display in a terminal (Lightning's RichProgressBar, with a tty or
+        # FORCE_COLOR) swaps sys.stdout for a proxy that re-prints each line through its
+        # console, folded at the console's width: a record would reach the log in pieces that
+        # no reader parses. Write to the file beneath it instead, after a carriage return so
+        # that the bar's unfinished line ends (log readers end a segment at "\r").
+        under = getattr(out, "rich_proxied_file", None)
+        if under is not None:
+            under.write("\r" + line + "\n")
+            under.flush()
+            return
+        out.write(line + "\n")
+        out.flush()
+
     def emit(self, record: dict[str, Any]) -> dict[str, Any]:
         """Write one record (already shaped) to the progress file and stdout."""
         line = json.dumps(record, separators=(",", ":"), allow_nan=False)
         if self._file is not None:
             self._to_file(line)
-        out = self._out()
-        out.write(line + "\n")
-        out.flush()
+        self._print(line)
         return record
 
     def _to_file(self, line: str) -> None:
@@ -89,7 +102,7 @@ class Reporter:
             self._lost += 1
             return
         if gap is not None:
-            self._out().write(gap + "\n")
+            self._print(gap)
             warn(f"the progress file {self.path} is written again ({self._lost} records "
                  "missing there; stdout has them)")
             self._lost = 0
