@@ -74,8 +74,6 @@ class LimitNote:
             return RESTORED
         if self.observed:
             return WOULD
-        if self.before == self.after and self.last_reason is not None:
-            return self.last_reason
         return LOWERED if self.direction == "lowered" else RAISED
 
     def message(self, window_s: float) -> str:

@@ -32,10 +32,6 @@ class ObserveActuator(Actuator):
         real = self.inner.read(container_id)
         return real if would is None else would
 
-    def real(self, container_id: str) -> CpuLimit:
-        """The container's limit as it is (never the would-be one)."""
-        return self.inner.read(container_id)
-
     def _write(self, container_id: str, before: CpuLimit, after: CpuLimit) -> None:
         self._would[container_id] = after
 
