@@ -23,6 +23,7 @@ from specon.version import version
 
 from .actuators import Actuator, ActuatorError, create
 from .actuators.ledger import Ledger
+from .actuators.observe import ObserveActuator
 from .agent import Agent
 from .cpu import CpuMeter
 from .discovery import DockerDiscovery, KubeDiscovery
@@ -191,6 +192,9 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
     actuator = _actuator(settings, client)
     if settings.originals_file is not None:
         _restore_recorded(actuator, settings.originals_file, metrics)
+    if settings.enforcement == "observe":
+        # After the restore: limits an earlier, enforcing run left go back to their owners'.
+        actuator = ObserveActuator(actuator)
     meter = CpuMeter(settings.cgroup_root, client)
 
     def count(reason: str) -> None:
@@ -231,8 +235,9 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
         qos_floor_cores=settings.qos_floor_cores, policy=settings.policy,
         stall_s=settings.loop_stall_s)
     agent = Agent(config, actuator, meter, link=link, metrics=metrics, limit_events=events)
-    log.info("specon-agent %s mode on node %s: policy %s, actuator %s (%.3g CPUs), CPU use "
-             "from %s, manager %s", settings.mode, settings.node_name, settings.policy,
+    log.info("specon-agent %s mode on node %s: policy %s, %s, actuator %s (%.3g CPUs), CPU "
+             "use from %s, manager %s", settings.mode, settings.node_name, settings.policy,
+             "observing (no limit is written)" if actuator.observing else "enforcing",
              actuator.name, actuator.node_cpus, meter.source, settings.manager_url or "none")
     return agent, discovery
 

@@ -232,7 +232,9 @@ class Agent:
         for ch in changes:
             before = ch.before.cores if ch.before.cores is not None else math.inf
             after = ch.after.cores if ch.after.cores is not None else math.inf
-            self.metrics.limit_writes.labels("down" if after < before else "up").inc()
+            writes = self.metrics.would_limit_writes if self.actuator.observing \
+                else self.metrics.limit_writes
+            writes.labels("down" if after < before else "up").inc()
             self._hint_threads(ch.container_id, ch.after.cores)
             changed = self.jobs.get(ch.container_id)
             if changed is not None:  # its use is measured under the new limit from now
@@ -259,13 +261,14 @@ class Agent:
         if self.limit_events is None or job is None or not job.target.uid:
             return
         self.limit_events.offer(
-            limit_note(job.target, ch, self.control, self.policy.share, restored))
+            limit_note(job.target, ch, self.control, self.policy.share, restored,
+                       observed=self.actuator.observing))
 
     def _hint_threads(self, cid: str, cores: float | None) -> None:
         """Tell the job how many threads its new limit is worth (training contract §6)."""
         job = self.jobs.get(cid)
-        if job is None or job.target.checkpoint_dir is None:
-            return
+        if job is None or job.target.checkpoint_dir is None or self.actuator.observing:
+            return  # observe mode: the job is told nothing, its limit being unchanged
         if threads_for_limit(cores, self.actuator.node_cpus) == job.threads_hint:
             return
         written = write_thread_hint(job.target.checkpoint_dir, cores, self.actuator.node_cpus,
@@ -427,7 +430,8 @@ class Agent:
             actuator=self.actuator.name, boot=self.boot)
 
     def _publish(self, now: float) -> None:
-        publish_metrics(self.metrics, self.control, self.jobs, self.actuator.node_cpus)
+        publish_metrics(self.metrics, self.control, self.jobs, self.actuator.node_cpus,
+                        observing=self.actuator.observing)
         if self.link is not None:
             self.link.offer_heartbeat(self.heartbeat(self.clock()))
 

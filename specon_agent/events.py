@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 CONTROLLER = REPORTER_AGENT
 ACTION = "Throttle"
 LOWERED, RAISED, RESTORED = "CPULimitLowered", "CPULimitRaised", "CPULimitRestored"
+#: Observe mode's reason: a change the agent decided and did not write.
+WOULD = "WouldLimitCPU"
 #: The shortest time between two Events about one pod (seconds).
 WINDOW_S = 60.0
 QUEUE_SIZE = 1000
@@ -51,6 +53,16 @@ class LimitNote:
     why: str | None = None  # what decided the limit, where known
     count: int = 1  # the changes this note stands for (aggregated)
     last_reason: str | None = None  # a merged note's last change's (it may end where it began)
+    observed: bool = False  # observe mode: decided, not written
+
+    @property
+    def direction(self) -> str:
+        """lowered or raised (a flap that ends where it began: its last change's)."""
+        if self.before == self.after and self.last_reason is not None:
+            return "lowered" if self.last_reason == LOWERED else "raised"
+        before = math.inf if self.before is None else self.before
+        after = math.inf if self.after is None else self.after
+        return "lowered" if after < before else "raised"
 
     @property
     def key(self) -> PodKey:
@@ -60,16 +72,19 @@ class LimitNote:
     def reason(self) -> str:
         if self.restored:
             return RESTORED
-        if self.before == self.after and self.last_reason is not None:
-            return self.last_reason
-        before = math.inf if self.before is None else self.before
-        after = math.inf if self.after is None else self.after
-        return LOWERED if after < before else RAISED
+        if self.observed:
+            return WOULD
+        return LOWERED if self.direction == "lowered" else RAISED
 
     def message(self, window_s: float) -> str:
-        verb = {LOWERED: "lowered", RAISED: "raised", RESTORED: "restored"}[self.reason]
-        text = (f"CPU limit of container {self.container} {verb} from {_cores(self.before)} "
-                f"to {_cores(self.after)}")
+        if self.observed:
+            text = (f"observe mode: CPU limit of container {self.container} would be "
+                    f"{self.direction} from {_cores(self.before)} to {_cores(self.after)} "
+                    "(not written)")
+        else:
+            verb = "restored" if self.restored else self.direction
+            text = (f"CPU limit of container {self.container} {verb} from "
+                    f"{_cores(self.before)} to {_cores(self.after)}")
         if self.category:
             text += f"; job {self.category}"
         if self.why:
@@ -101,7 +116,8 @@ class Aggregator:
             self._posted[key] = now
             return note
         self._pending[key] = note if held is None else replace(
-            note, before=held.before, count=held.count + note.count, last_reason=note.reason)
+            note, before=held.before, count=held.count + note.count,
+            last_reason=LOWERED if note.direction == "lowered" else RAISED)
         return None
 
     def due(self, now: float) -> list[LimitNote]:

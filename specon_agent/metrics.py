@@ -54,6 +54,10 @@ class AgentMetrics:
                          "specon_agent_job_growth_efficiency_per_core_minute", scale=60)
         self.job_limit = Gauge("specon_agent_job_cpu_limit_cores",
                                "CPU limit the agent set for the job.", j, registry=r)
+        self.job_would_limit = Gauge(
+            "specon_agent_job_would_cpu_limit_cores",
+            "Observe mode: the CPU limit the agent would set for the job (not written; "
+            "specon_agent_job_cpu_limit_cores stays unset).", j, registry=r)
         self.job_cpu = Gauge("specon_agent_job_cpu_usage_cores",
                              "CPU the job used over the last interval (cgroup counter).", j,
                              registry=r)
@@ -62,6 +66,10 @@ class AgentMetrics:
         self.node_cpus = Gauge("specon_agent_node_cpus", "CPUs of this node.", registry=r)
         self.limit_writes = Counter(
             "specon_agent_limit_writes_total", "CPU limit writes that changed a limit.",
+            ["direction"], registry=r)
+        self.would_limit_writes = Counter(
+            "specon_agent_would_limit_writes_total",
+            "Observe mode: CPU limit changes decided and not written, by direction.",
             ["direction"], registry=r)
         self.limit_events = Counter(
             "specon_agent_limit_events_total",
@@ -146,7 +154,7 @@ class AgentMetrics:
 
     def forget_job(self, job: JobKey) -> None:
         for g in (self.job_loss, self.job_growth, self.job_efficiency, self.job_limit,
-                  self.job_cpu, self.job_predicted_finish, self.job_slack):
+                  self.job_would_limit, self.job_cpu, self.job_predicted_finish, self.job_slack):
             with contextlib.suppress(KeyError):
                 g.remove(*job)
         for state in QOS_STATES:

@@ -76,8 +76,9 @@ def _qos_report(job: FollowedJob, now: float, report: JobReport) -> JobReport:
 
 # -- the metrics ---------------------------------------------------------------------------------
 def publish_metrics(m: AgentMetrics, control: NodeController, jobs: Mapping[str, FollowedJob],
-                    node_cpus: float) -> None:
-    """Set the node's and each job's gauges from the loop's state."""
+                    node_cpus: float, observing: bool = False) -> None:
+    """Set the node's and each job's gauges from the loop's state (``observing``: observe
+    mode, where a job's limit is one the agent would set)."""
     for cat, n in control.counts().items():
         m.jobs.labels(cat.value).set(n)
     for cid, job in jobs.items():
@@ -97,7 +98,8 @@ def publish_metrics(m: AgentMetrics, control: NodeController, jobs: Mapping[str,
             m.job_growth.labels(*label).set(view.growth.progress / 60)
         if view.efficiency is not None:
             m.job_efficiency.labels(*label).set(view.efficiency / 60)
-        m.job_limit.labels(*label).set(
+        # Observe mode: the limit is the one the agent would set; none was.
+        (m.job_would_limit if observing else m.job_limit).labels(*label).set(
             min(1.0, control.limits.get(cid, 1.0)) * node_cpus)
         m.job_cpu.labels(*label).set(view.cores)
         if job.qos is not None:
@@ -147,12 +149,13 @@ def count_reading(m: AgentMetrics, job: FollowedJob, source: ProgressSource,
 
 # -- the Events ----------------------------------------------------------------------------------
 def limit_note(t: Target, ch: LimitChange, control: NodeController, share_rule: str | None,
-               restored: bool) -> LimitNote:
+               restored: bool, observed: bool = False) -> LimitNote:
     """The Event's note for a change of the job's limit (``restored``: given back as the
-    agent stops)."""
+    agent stops; ``observed``: observe mode's, decided and not written)."""
     view = control.jobs.get(ch.container_id)
     return LimitNote(
         t.namespace, t.pod, t.uid, t.container, ch.before.cores, ch.after.cores,
-        restored=restored, category=view.cat.category.value if view else None,
+        restored=restored, observed=observed,
+        category=view.cat.category.value if view else None,
         why="the agent is stopping" if restored else
         limit_source(control, ch.container_id, share_rule))

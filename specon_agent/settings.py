@@ -78,6 +78,12 @@ class AgentSettings(BaseSettings):
         description="standalone: one Docker host, FlowCon alone; cluster: pods of this node, "
         "reports to the manager",
     )
+    enforcement: Literal["enforce", "observe"] = Field(
+        "enforce",
+        description="enforce: write the CPU limits decided; observe: decide them as when "
+        "enforcing, write none, and tell each as a WouldLimitCPU Event and the "
+        "specon_agent_job_would_cpu_limit_cores gauge (docs/agent.md, \"Observe mode\")",
+    )
     node_name: str = Field(
         default_factory=lambda: os.environ.get("NODE_NAME") or socket.gethostname(),
         min_length=1, description="this node's name (default: $NODE_NAME or the host name)")

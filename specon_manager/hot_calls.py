@@ -23,6 +23,7 @@ from specon_manager.extender import (
     names_over,
     prioritize_nodes,
 )
+from specon_manager.extender_observe import observed_filter, observed_prioritize
 from specon_manager.heartbeat_order import skew_reason
 from specon_manager.identity import MAX_TOKEN_BYTES, Refusal, StaticTokens, TokenReviewer
 from specon_manager.intake import Answer
@@ -88,6 +89,7 @@ class Handlers:
         # so that a flood of unknown tokens neither blocks the event loop nor the API server.
         self.reviews = anyio.CapacityLimiter(4)
         self.sched = settings.scheduler_name
+        self.observing = settings.enforcement == "observe"
         # Counter children bound once: labels() costs a dict look-up and a lock per call.
         hb = metrics.heartbeats
         self.c_accepted = hb.labels("accepted")
@@ -260,7 +262,11 @@ class Handlers:
             if not isinstance(args, dict):
                 raise BadRequest("ExtenderArgs must be a JSON object")
             check_node_count(args, limit)
-            if verb == "filter":
+            if self.observing:  # answered neutrally; the would-be answer recorded
+                out = Answer(200, orjson.dumps(observed_filter(
+                    self.state, args, self.sched, self.book)) if verb == "filter" else
+                    observed_prioritize(self.state, args, self.sched, self.m, self.book))
+            elif verb == "filter":
                 out = Answer(200, orjson.dumps(filter_nodes(self.state, args, self.sched,
                                                             self.book)))
             else:

@@ -142,3 +142,13 @@ class ManagerMetrics:
         for metric in [m for m in vars(self).values() if isinstance(m, MetricWrapperBase)]:
             new = next(iter(metric.describe())).name
             deprecated_alias(r, metric, "specon_" + new.removeprefix("specon_manager_"))
+        # Metrics newer than the prefix: no old name.
+        self.would_migrations = Counter(
+            "specon_manager_would_migrations_total",
+            "Observe mode: moves decided and not made (one WouldMigrate Event on the pod each), "
+            "by reason (converged, rebalance, progress).", ["reason"], registry=r)
+        self.would_prioritize = Counter(
+            "specon_manager_would_prioritize_total",
+            "Observe mode: prioritize calls for training pods answered with equal scores, by "
+            "whether SpeCon's own scores would have preferred some nodes (preferred) or not "
+            "(indifferent); the scores are in the debug log.", ["choice"], registry=r)

@@ -125,6 +125,13 @@ class ManagerSettings(BaseSettings):
     weight_converged: Positive = 1.0
 
     # -- the scheduling policy (specon.core.policy) ---------------------------------------------
+    #: ``enforce`` (the default): act on every decision. ``observe``: decide everything as
+    #: when enforcing and act on nothing: the extender lets every node pass with equal scores
+    #: (the default scheduler decides), and a move is a ``WouldMigrate`` Event and
+    #: ``specon_manager_would_migrations_total``, never a checkpoint request, an eviction or a
+    #: reservation (docs/manager.md, "Observe mode"). The chart's ``mode`` sets it and the
+    #: agents' ``enforcement`` alike.
+    enforcement: Literal["enforce", "observe"] = "enforce"
     #: Its placement rule scores nodes in the extender; its move rule decides what moves:
     #: ``progress`` (the default, the one that ships: placement and moves by predicted
     #: completion), ``paper`` (the research's: Algorithm 4 on the agents' requests, Algorithm

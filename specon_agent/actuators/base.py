@@ -98,6 +98,8 @@ class Actuator(ABC):
     """
 
     name = "abstract"
+    #: True for observe mode's actuator: its "writes" change no real limit.
+    observing = False
 
     def __init__(
         self, node_cpus: float, period_us: int = DEFAULT_PERIOD_US, min_step: float = 0.0
@@ -217,9 +219,8 @@ class Actuator(ABC):
             if fresh:
                 self._record(container_id, None)
             raise
-        log.info(
-            "%s cpu limit %s: %s -> %s", self.name, short_id(container_id), before, after
-        )
+        log.info("%s cpu limit %s: %s -> %s%s", self.name, short_id(container_id), before,
+                 after, " (observe mode: not written)" if self.observing else "")
         return LimitChange(container_id, before, after)
 
     def _too_small(self, before: CpuLimit, after: CpuLimit) -> bool:

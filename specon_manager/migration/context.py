@@ -57,6 +57,10 @@ class PhaseContext:
         #: Migrations whose eviction was sent in this run but whose answer was not seen (an
         #: error): a terminating source is then this manager's doing, not its user's.
         self.evictions_sent: set[str] = set()
+        #: Observe mode (settings.enforcement): by pod key, the target of the move last told
+        #: as would-be (specon_manager.migration.observe).
+        self.observing = settings.enforcement == "observe"
+        self.would_moves: dict[str, str] = {}
         #: Test hook: called with a phase name after the record of that phase is written.
         self.after_phase: Callable[[str], None] | None = None
         #: The watch caches of the nodes and of the migratable pods (specon_manager.service

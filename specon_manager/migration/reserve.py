@@ -16,6 +16,7 @@ from specon.wire import LABEL_MIGRATABLE, ReallocationReply
 from specon_manager.kube import controller_ref, labels_of, meta
 from specon_manager.migration.context import PhaseContext, log
 from specon_manager.migration.movable import is_ending, owner_of, parent_of, why_not_movable
+from specon_manager.migration.observe import would_move
 from specon_manager.migration.pod_spec import fits
 from specon_manager.migration.record import A_MIGRATED, A_MIGRATED_AT, Migration
 from specon_manager.state import Reservation, pod_key
@@ -80,7 +81,8 @@ def reserve(ctx: PhaseContext, pod: dict[str, Any], reason: str = "converged",
             views.append(WorkerView(source, available=False))
         d = decide_reallocation(views, ctx.state.weights, source, category)
         if d.decision == "stay":
-            ctx.mark(pod, job, {A_MIGRATED: "stayed", A_MIGRATED_AT: f"{now:.3f}"})
+            if not ctx.observing:  # observe mode writes nothing to the workload
+                ctx.mark(pod, job, {A_MIGRATED: "stayed", A_MIGRATED_AT: f"{now:.3f}"})
             ctx.metrics.migrations.labels("stayed").inc()
             ctx.event(pod, "MigrationNotNeeded",
                       f"{name} is best where it is (scores {dict(d.scores)})")
@@ -102,6 +104,8 @@ def reserve(ctx: PhaseContext, pod: dict[str, Any], reason: str = "converged",
             "affinity)"))
     if not rate_ok(ctx, now):
         return ReallocationReply(decision="refused", reason="global migration rate limit")
+    if ctx.observing:
+        return would_move(ctx, pod, reason, source, target, predicted_gain_s, cost_s)
     ref = controller_ref(pod)
     m = Migration(
         id=uuid.uuid4().hex[:12], namespace=ns, pod=name, pod_uid=md["uid"],

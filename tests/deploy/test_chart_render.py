@@ -56,6 +56,7 @@ def test_an_upgrade_never_runs_two_managers_without_a_lease(
     ({"sharedVolume.size": "lots"}, "/sharedVolume/size"),
     ({"manager.policy": "slaq"}, "/manager/policy"),  # a policy the agents cannot run
     ({"agent.policy": "oracle"}, "/agent/policy"),
+    ({"mode": "dry-run"}, "/mode"),
 ])
 def test_bad_values_fail_with_a_message_naming_the_value(
         plane_bin: Path, home: Path, values: dict[str, Any], where: str) -> None:
@@ -117,6 +118,24 @@ def test_the_policy_is_chosen_by_name_and_the_agents_follow_the_manager(
     schema = json.loads((CHART / "values.schema.json").read_text())
     for name in schema["properties"]["manager"]["properties"]["policy"]["enum"]:
         assert agent_policy(name).name == ManagerSettings(kubernetes=False, policy=name).policy
+
+
+def test_one_mode_sets_the_manager_and_every_agent_to_enforce_or_observe(
+        plane_bin: Path, home: Path) -> None:
+    from specon_agent.settings import AgentSettings
+    from specon_manager.settings import ManagerSettings
+
+    for values, mode in (({}, "enforce"), ({"mode": "observe"}, "observe")):
+        objs = docs(render(plane_bin, home, values))
+        agent_env = env_of(pod_spec(one(objs, "DaemonSet"))["containers"][0])
+        manager_env = env_of(pod_spec(one(objs, "Deployment", "specon-manager"))["containers"][0])
+        assert agent_env["SPECON_AGENT_ENFORCEMENT"] == mode
+        assert manager_env["SPECON_MANAGER_ENFORCEMENT"] == mode
+    # every mode the schema lets through is one both programs take
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for mode in schema["properties"]["mode"]["enum"]:
+        assert ManagerSettings(kubernetes=False, enforcement=mode).enforcement == mode
+        assert AgentSettings(enforcement=mode).enforcement == mode
 
 
 def host_access(objs: list[dict[str, Any]]) -> dict[str, bool]:
