@@ -3,10 +3,16 @@ mode=observe`, the e2e's four training Jobs on one node (test_e2e.py: a sleeper 
 agent lowers, two CPU-bound copies, the migratable CNN whose move to the empty node pays), and
 SpeCon decides as when enforcing and acts on nothing: every container's CFS quota stays the
 kubelet's, every pod stays where it was placed, never asked to checkpoint; the WouldLimitCPU
-and WouldMigrate Events and the would-be metrics show what enforcing would have done."""
+and WouldMigrate Events and the would-be metrics show what enforcing would have done; and
+`specon whatif` (the user's kubeconfig, the default release's manager) predicts the gain for
+this cluster now."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +23,7 @@ from nodelib import RealCluster
 from test_e2e import (
     MIGRATABLE,
     RELEASE,
+    REPO,
     SYSTEM,
     LimitWatch,
     cpu_bound,
@@ -132,6 +139,16 @@ def test_observe_mode_on_real_nodes_changes_no_limit_and_moves_no_pod(
             cluster, a["metadata"]["name"], "agent", "http://127.0.0.1:9108/metrics",
             "specon_agent_job_would_cpu_limit_cores{")]
         assert any('pod="quadratic-c' in ln for ln in would), would
+
+        # -- and `specon whatif` predicts what enforcing would gain on this cluster now ----------
+        got = subprocess.run(
+            [sys.executable, "-m", "specon", "whatif", "--seeds", "1", "--json"],
+            env={**os.environ, "KUBECONFIG": str(cluster.plane.kubeconfig),
+                 "PYTHONPATH": str(REPO)},
+            capture_output=True, text=True, timeout=300, check=False)
+        assert got.returncode == 0, got.stderr
+        told = json.loads(got.stdout)
+        assert told["jobs"] == 4 and set(told["policies"]) == {"default", "progress"}, told
     finally:
         save_logs(cluster)
         helm(cluster, home, "uninstall", RELEASE, "--namespace", SYSTEM, "--wait",
