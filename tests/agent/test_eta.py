@@ -5,6 +5,7 @@ its gauges, and none for a job that does not say where it ends."""
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,19 @@ def test_a_job_that_stops_at_its_target_ends_there_if_that_comes_first() -> None
     assert eta is not None and 5 < eta < 200  # not the 9,940 s to its last step
     q.reached_at = 61.0
     assert eta_s(rate, 10_000, q) == 0.0
+
+
+def test_the_benchmark_replays_records_as_the_agent_reads_them() -> None:
+    """benchmarks/eta_error.py's replay: a job at a steady 10 steps/s from 5 s after its start
+    to its end at 105 s (1000 steps) is given its real end, to within a poll; at 10% of its run
+    it has stepped for 5.5 s only, under half the 30 s window: no ETA."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from eta_error import Run, replay
+
+    records = [(5.0 + k / 10, k) for k in range(1, 1001, 10)]
+    points = replay(Run("steady", 1000, 0.0, 105.0, records), poll_s=2.0, window_s=30.0,
+                    points=(0.1, 0.5, 0.75))
+    assert points[0].eta_s is None
+    for p in points[1:]:
+        assert p.eta_s is not None and p.error_pct is not None
+        assert abs(p.eta_s - p.left_s) <= 3.0 and p.error_pct < 10
