@@ -50,6 +50,9 @@ ANNOTATION_MIGRATION_ID = "specon.io/migration-id"
 #: On the Job (or a bare pod): the running mean of its measured move costs, in seconds
 #: (specon.core.move_cost); the planner charges its moves this instead of migration_cost_s.
 ANNOTATION_MOVE_COST = "specon.io/move-cost-s"
+#: The pod's SpeCon state (JSON: category, limitCores, predictedCompletion, node, updated),
+#: kept by the manager from its agent's heartbeats (docs/user-guide.md).
+ANNOTATION_STATE = "specon.io/state"
 #: Label ``"true"`` while a migration of the object is in flight (what a restart lists).
 LABEL_MIGRATING = "specon.io/migrating"
 #: The scheduling gate that holds a replacement until its source is gone.
@@ -75,7 +78,7 @@ ANNOTATIONS = (
     ANNOTATION_LOSS_REGEX,
     ANNOTATION_TARGET_LOSS, ANNOTATION_DEADLINE, ANNOTATION_STOP_AT_TARGET,
     ANNOTATION_TOTAL_STEPS, ANNOTATION_MIGRATION, ANNOTATION_MIGRATED, ANNOTATION_MIGRATED_AT,
-    ANNOTATION_REBALANCED, ANNOTATION_MIGRATION_ID, ANNOTATION_MOVE_COST,
+    ANNOTATION_REBALANCED, ANNOTATION_MIGRATION_ID, ANNOTATION_MOVE_COST, ANNOTATION_STATE,
 )
 GATES = (GATE_MIGRATION,)
 REPORTERS = (REPORTER_AGENT,)

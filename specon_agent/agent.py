@@ -41,6 +41,7 @@ from .checkpoint_requests import write_request
 from .checkpoints import CheckpointProofs, checkpoint_dirfd
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Event, Resync, Target
+from .eta import StepRate
 from .events import LimitEvents
 from .followed import FollowedJob
 from .health import LoopWatchdog, stall_bound
@@ -151,7 +152,8 @@ class Agent:
         count_refusals(target.name, target.file_refusals, self.metrics.confinement_refusals)
         self.actuator.register(target.cid, target.namespace, target.pod, target.container)
         self.jobs[target.cid] = job = FollowedJob(target, source, arrived=now,
-                                                  cpu0=self.meter.usage_ns(target.cid))
+                                                  cpu0=self.meter.usage_ns(target.cid),
+                                                  rate=StepRate(self.config.qos_window_s))
         if target.qos_error is not None:
             self.metrics.qos_errors.inc()
             log.warning("%s: quality annotations ignored: %s", target.name, target.qos_error)
@@ -198,6 +200,7 @@ class Agent:
             job.step = job.step + 1 if k is None else max(job.step, float(k))
         if job.step1 is None and job.step > job.step0:
             job.step1, job.cpu1 = job.step, self.meter.usage_ns(cid)
+        job.rate.add(self.clock(), job.step, counted=None in reading.steps)
         if job.qos is not None:
             job.qos.add(self.clock(), reading.steps, reading.losses)
         count_reading(self.metrics, job, job.source, reading)
@@ -431,7 +434,7 @@ class Agent:
 
     def _publish(self, now: float) -> None:
         publish_metrics(self.metrics, self.control, self.jobs, self.actuator.node_cpus,
-                        observing=self.actuator.observing)
+                        self.clock(), observing=self.actuator.observing)
         if self.link is not None:
             self.link.offer_heartbeat(self.heartbeat(self.clock()))
 

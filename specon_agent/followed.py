@@ -13,6 +13,7 @@ from .actuators import Actuator, ActuatorError
 from .checkpoints import Proof
 from .cpu import CpuMeter
 from .discovery import Target
+from .eta import StepRate
 from .progress import ProgressSource
 from .qos_tracker import JobQos
 
@@ -55,6 +56,7 @@ class FollowedJob:
     proof: Proof = field(default_factory=Proof)  # its checkpoint folder as last read
     qos: JobQos | None = None  # its target / deadline, when the pod states one
     threads_hint: int | None = None  # the thread count last written into its threads.json
+    rate: StepRate = field(default_factory=StepRate)  # its recent steps, for its ETA (eta.py)
 
     def count_equal_share(self, now: float, equal: float, cpus: float) -> None:
         """Add what an equal share of the node (``equal`` cores of ``cpus``) would have given

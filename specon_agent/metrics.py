@@ -135,10 +135,16 @@ class AgentMetrics:
             "specon_agent_job_qos_state",
             "1 for the job's state against its target or deadline (on-track, at-risk, "
             "given-up, reached).", [*j, "state"], registry=r)
+        # Predicted completion (ETA, specon_agent/eta.py): jobs that state where they end.
         self.job_predicted_finish = Gauge(
             "specon_agent_job_predicted_finish_seconds",
-            "Predicted seconds until the job completes, at its current step rate.", j,
-            registry=r)
+            "Predicted seconds until the job completes, at its recent step rate (its last "
+            "step, or its target loss when it stops there).", j, registry=r)
+        self.job_predicted_completion = Gauge(
+            "specon_agent_job_predicted_completion_timestamp_seconds",
+            "Unix time the job is predicted to complete, at its recent step rate (the ETA of "
+            "specon_agent_job_predicted_finish_seconds as a time: steady while the prediction "
+            "holds).", j, registry=r)
         self.job_predicted_target = Gauge(
             "specon_agent_job_predicted_target_seconds",
             "Predicted seconds until the job reaches its target loss (bound: estimate, low, "
@@ -154,7 +160,8 @@ class AgentMetrics:
 
     def forget_job(self, job: JobKey) -> None:
         for g in (self.job_loss, self.job_growth, self.job_efficiency, self.job_limit,
-                  self.job_would_limit, self.job_cpu, self.job_predicted_finish, self.job_slack):
+                  self.job_would_limit, self.job_cpu, self.job_predicted_finish,
+                  self.job_predicted_completion, self.job_slack):
             with contextlib.suppress(KeyError):
                 g.remove(*job)
         for state in QOS_STATES:

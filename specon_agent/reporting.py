@@ -4,6 +4,7 @@ loop's state and changes none of it (only its own marks of what it has counted).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from specon.wire import JobReport, SavedCheckpoint
 
 from .actuators import LimitChange
 from .discovery import Target
+from .eta import eta_s
 from .events import LimitNote, limit_source
 from .followed import FollowedJob, measured
 from .metrics import BOUNDS, QOS_STATES, AgentMetrics, JobKey
@@ -31,6 +33,11 @@ def fmt(v: float | None) -> str:
 
 def job_key(t: Target) -> JobKey:
     return (t.namespace, t.pod, t.container)
+
+
+def job_eta(job: FollowedJob) -> float | None:
+    """Seconds from its last step sample until the job completes (specon_agent.eta)."""
+    return eta_s(job.rate, job.target.total_steps, job.qos)
 
 
 # -- the heartbeat -------------------------------------------------------------------------------
@@ -52,6 +59,7 @@ def job_report(job: FollowedJob, view: JobView, now: float, limit: float,
         work_done_s=(job.load.attained if job.load is not None and measured(job)
                      else None),
         demand_cores=job.cap,
+        predicted_finish_s=job_eta(job),
         checkpoint=checkpoint, total_steps=t.total_steps,
         # an engine's zero time (year 1) is no creation time: the report must stay valid
         created=t.created if t.created is not None and t.created >= 0 else None))
@@ -68,7 +76,7 @@ def _qos_report(job: FollowedJob, now: float, report: JobReport) -> JobReport:
         "target_loss": q.spec.target_loss, "deadline": q.deadline,
         "target_reached": q.reached_at is not None,
         "qos": a.state if a is not None else "on-track",
-        "predicted_finish_s": q.finish_s(), "predicted_target_s": est,
+        "predicted_target_s": est,
         "predicted_target_low_s": low, "predicted_target_high_s": high,
         "slack_s": slack if slack is not None and math.isfinite(slack) else None,
     })
@@ -76,9 +84,9 @@ def _qos_report(job: FollowedJob, now: float, report: JobReport) -> JobReport:
 
 # -- the metrics ---------------------------------------------------------------------------------
 def publish_metrics(m: AgentMetrics, control: NodeController, jobs: Mapping[str, FollowedJob],
-                    node_cpus: float, observing: bool = False) -> None:
-    """Set the node's and each job's gauges from the loop's state (``observing``: observe
-    mode, where a job's limit is one the agent would set)."""
+                    node_cpus: float, now: float, observing: bool = False) -> None:
+    """Set the node's and each job's gauges from the loop's state (``now``: wall clock;
+    ``observing``: observe mode, where a job's limit is one the agent would set)."""
     for cat, n in control.counts().items():
         m.jobs.labels(cat.value).set(n)
     for cid, job in jobs.items():
@@ -102,17 +110,27 @@ def publish_metrics(m: AgentMetrics, control: NodeController, jobs: Mapping[str,
         (m.job_would_limit if observing else m.job_limit).labels(*label).set(
             min(1.0, control.limits.get(cid, 1.0)) * node_cpus)
         m.job_cpu.labels(*label).set(view.cores)
+        _publish_eta(m, label, job, now)
         if job.qos is not None:
             _publish_qos(m, label, job.qos)
+
+
+def _publish_eta(m: AgentMetrics, label: JobKey, job: FollowedJob, now: float) -> None:
+    eta, at = job_eta(job), job.rate.last_t
+    if eta is None or at is None:
+        # Unknown now (a stall, a lost rate): no sample, not the last one seen.
+        for g in (m.job_predicted_finish, m.job_predicted_completion):
+            with contextlib.suppress(KeyError):
+                g.remove(*label)
+        return
+    m.job_predicted_finish.labels(*label).set(max(0.0, at + eta - now))
+    m.job_predicted_completion.labels(*label).set(at + eta)
 
 
 def _publish_qos(m: AgentMetrics, label: JobKey, q: JobQos) -> None:
     a = q.assessment
     for state in QOS_STATES:
         m.job_qos.labels(*label, state).set(int(a is not None and a.state == state))
-    finish = q.finish_s()
-    if finish is not None:
-        m.job_predicted_finish.labels(*label).set(finish)
     for bound, v in zip(BOUNDS, q.target_s(), strict=True):
         if v is not None:
             m.job_predicted_target.labels(*label, bound).set(v)

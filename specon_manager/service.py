@@ -23,6 +23,7 @@ from specon_manager.leader import LeaseElector
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
 from specon_manager.planner import MovePlanner
+from specon_manager.pod_state import PodStateWriter
 from specon_manager.pods import PodDirectory
 from specon_manager.qos_book import EventPoster, QosBook
 from specon_manager.rate_limit import TokenBucket
@@ -82,6 +83,9 @@ class Service:
         self.nodes: NodeCache | None = None
         #: The watch caches the rounds read (docs/manager.md, "What the manager reads").
         self.caches: list[WatchCache] = []
+        #: Keeps the pods' specon.io/state annotation (set by build(), on the leader's passes).
+        self.pod_state: PodStateWriter | None = None
+        self.writer: Kube | None = kube  # fenced by the Lease with leader election
         if kube is not None:
             node_cache = WatchCache(kube, "/api/v1/nodes", "nodes")
             self.caches.append(node_cache)
@@ -97,6 +101,7 @@ class Service:
                                             settings.lease_duration_s, clock=clock,
                                             renew_deadline_s=deadline)
                 writer = kube.fenced(self._fence)
+                self.writer = writer
             if settings.migration:
                 self.controller = MigrationController(writer, state, settings, metrics)
                 if settings.fault_exit_after_phase:
@@ -332,6 +337,8 @@ class Service:
                 and now - due["rebalance"] >= s.rebalance_period_s):
             due["rebalance"] = now
             self.rebalancer.run_once()
+        if self.leading and self.pod_state is not None:
+            self.pod_state.run_once()
 
 
 #: What runs every ``rebalance_period_s`` for a policy's move rule (settings.MOVE_RULES):
@@ -399,6 +406,9 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
     poster = EventPoster(_warning_sender(kube)) if kube is not None else None
     qos = QosBook(post=poster, on_invalid=metrics.qos_invalid.inc)
     pods = PodDirectory(kube.get) if kube is not None and settings.verify_reported_pods else None
+    if service.writer is not None and settings.pod_state_annotation:
+        service.pod_state = PodStateWriter(service.writer, state,
+                                           pods.on_node if pods is not None else None)
     auth = None
     if settings.agent_auth_mode == "tokenreview":
         assert kube is not None  # the settings refuse tokenreview without kubernetes

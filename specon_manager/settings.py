@@ -105,6 +105,10 @@ class ManagerSettings(BaseSettings):
     #: the others (``specon_manager_heartbeat_jobs_ignored_total``). Needs ``get`` on pods; without
     #: ``kubernetes`` there is nothing to check against.
     verify_reported_pods: bool = True
+    #: Keep each reported pod's ``specon.io/state`` annotation (category, limit, predicted
+    #: completion) from the heartbeats, on the leader (specon_manager/pod_state.py). Needs
+    #: ``patch`` on pods, which the chart grants the manager.
+    pod_state_annotation: bool = True
     #: A heartbeat whose ``time`` is further than this from the manager's clock is refused
     #: (422): a time far in the future would otherwise hide the node's later heartbeats.
     max_clock_skew_s: Positive = 300.0
