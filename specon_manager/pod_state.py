@@ -85,10 +85,12 @@ def _rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def annotation(state: PodState, wall: float) -> str:
-    """The annotation's value: compact JSON, times in RFC 3339 (UTC)."""
+def annotation(state: PodState, wall: float, observing: bool = False) -> str:
+    """The annotation's value: compact JSON, times in RFC 3339 (UTC). In observe mode the
+    limit is one the agent would set (``wouldLimitCores``): the pod's own limit is unchanged."""
+    limit = {"wouldLimitCores" if observing else "limitCores": state.limit_cores}
     return orjson.dumps({
-        "category": state.category, "limitCores": state.limit_cores,
+        "category": state.category, **limit,
         "predictedCompletion": None if state.eta is None else _rfc3339(state.eta),
         "node": state.node, "updated": _rfc3339(wall)}).decode()
 
@@ -99,8 +101,10 @@ class PodStateWriter:
     def __init__(self, kube: Kube, state: ClusterState, pod_on_node: PodOnNode | None,
                  min_interval_s: float = MIN_INTERVAL_S, max_writes: int = 50,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, observing: bool = False) -> None:
         self.kube = kube
+        #: Observe mode: the reported limits are the agents' would-be limits.
+        self.observing = observing
         self.state = state
         self.pod_on_node = pod_on_node
         self.min_interval_s = min_interval_s
@@ -135,7 +139,7 @@ class PodStateWriter:
 
     def _write(self, job: JobReport, new: PodState, wall: float) -> bool:
         body = {"metadata": {"uid": job.uid, "annotations": {
-            ANNOTATION_STATE: annotation(new, wall)}}}
+            ANNOTATION_STATE: annotation(new, wall, self.observing)}}}
         try:
             self.kube.patch(pod_path(job.namespace, job.pod), body)
         except KubeError as exc:

@@ -407,8 +407,9 @@ def build(settings: ManagerSettings, kube: Kube | None = None) -> tuple[FastAPI,
     qos = QosBook(post=poster, on_invalid=metrics.qos_invalid.inc)
     pods = PodDirectory(kube.get) if kube is not None and settings.verify_reported_pods else None
     if service.writer is not None and settings.pod_state_annotation:
-        service.pod_state = PodStateWriter(service.writer, state,
-                                           pods.on_node if pods is not None else None)
+        service.pod_state = PodStateWriter(
+            service.writer, state, pods.on_node if pods is not None else None,
+            observing=settings.enforcement == "observe")
     auth = None
     if settings.agent_auth_mode == "tokenreview":
         assert kube is not None  # the settings refuse tokenreview without kubernetes

@@ -9,6 +9,7 @@ test_manager_plane.py (the same scenarios, enforcing, move the job)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from test_manager_plane import (  # noqa: F401  (fixtures)
     train_pod,
 )
 
+from specon.names import ANNOTATION_STATE
+
 pytestmark = pytest.mark.plane
 
 MOVING = {"MigrationStarted", "CheckpointRequested", "CheckpointVerified", "MigrationEvicted",
@@ -55,7 +58,12 @@ def unmoved(api: Api, ns: str, job: JobStandIn, node: str) -> None:
     pod = api.pod(ns, job.pod)
     assert pod is not None and pod["spec"]["nodeName"] == node
     assert not pod["metadata"].get("deletionTimestamp")
-    assert not [k for k in pod["metadata"].get("annotations", {}) if k.startswith("specon.io/")]
+    # no mark of a move (the pod's specon.io/state, what SpeCon sees of it, is told as always)
+    assert not [k for k in pod["metadata"].get("annotations", {})
+                if k.startswith("specon.io/") and k != ANNOTATION_STATE]
+    told = pod["metadata"].get("annotations", {}).get(ANNOTATION_STATE)
+    if told is not None:  # the limit in it is one the agent would set, and says so
+        assert "wouldLimitCores" in json.loads(told) and "limitCores" not in json.loads(told)
     assert job.starts == 1 and job.running
     assert not [e for e in job.events() if e["event"] == "checkpoint"]
 
