@@ -726,6 +726,25 @@ def test_killing_the_manager_mid_migration_of_a_job_owned_pod(
                        phase, "job")
 
 
+def two_converged_on_the_first_node(
+    plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], ns: str, tag: str,
+    manager: ManagerProcess, tmp_path: Path,
+) -> tuple[Any, list[JobStandIn]]:
+    """Two training pods (ra, rb) running on node 0, both reported converged, node 3 idle: a
+    layout above the balance factor 1 where rebalancing moves one job. Returns the agents and
+    the jobs' stand-ins, started."""
+    for name in ("ra", "rb"):
+        apply(plane, ns, train_pod(name, tag, node=mnodes[0]))
+    for name in ("ra", "rb"):
+        wait_for(f"{name} running", lambda n=name: running_on(api, ns, n))
+    agents = agents_for(manager.url, tokens)
+    set_layout(plane, agents, mnodes, ns, [[], ["CC"], ["CC"], []])
+    jobs = [JobStandIn(tmp_path / f"ckpt-{n}", n) for n in ("ra", "rb")]
+    for j in jobs:
+        start_job(api, ns, agents, j, j.prefix)
+    return agents, jobs
+
+
 @pytest.mark.parametrize("kill", [False, True], ids=["", "killed-once-lifted"])
 def test_a_replacement_the_target_cannot_take_is_placed_elsewhere_never_lost(
     plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, str], plane_namespace: str,
@@ -782,16 +801,8 @@ def test_rebalancing_moves_a_converged_job_onto_the_idle_node(
 ) -> None:
     ns = plane_namespace
     manager.start(rebalance=True, rebalance_period_s=0.5)
-    for name in ("ra", "rb"):
-        apply(plane, ns, train_pod(name, tag, node=mnodes[0]))
-    for name in ("ra", "rb"):
-        wait_for(f"{name} running", lambda n=name: running_on(api, ns, n))
-    agents = agents_for(manager.url, tokens)
-    # every job converged; node 3 idle; node 0 holds two (above the balance factor 1)
-    set_layout(plane, agents, mnodes, ns, [[], ["CC"], ["CC"], []])
-    jobs = [JobStandIn(tmp_path / f"ckpt-{n}", n) for n in ("ra", "rb")]
-    for j in jobs:
-        start_job(api, ns, agents, j, j.prefix)
+    agents, jobs = two_converged_on_the_first_node(plane, api, mnodes, tokens, ns, tag,
+                                                   manager, tmp_path)
 
     moved = drive(api, ns, agents, jobs, lambda _: [j for j in jobs if j.starts > 1])
     assert len(moved) == 1 and moved[0].node == mnodes[3]

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from planelib import Plane
-from planemanager import Api, JobStandIn, ManagerProcess, apply, running_on, wait_for
+from planemanager import Api, JobStandIn, ManagerProcess, wait_for
 from test_manager_plane import (  # noqa: F401  (fixtures)
     agents_for,
     api,
@@ -32,6 +32,7 @@ from test_manager_plane import (  # noqa: F401  (fixtures)
     tag,
     tokens,
     train_pod,
+    two_converged_on_the_first_node,
 )
 
 from specon.names import ANNOTATION_STATE
@@ -101,16 +102,9 @@ def test_a_rebalancing_move_is_told_once_and_not_made(
 ) -> None:
     ns = plane_namespace
     manager.start(rebalance=True, rebalance_period_s=0.5, enforcement="observe")
-    for name in ("ra", "rb"):
-        apply(plane, ns, train_pod(name, tag, node=mnodes[0]))
-    for name in ("ra", "rb"):
-        wait_for(f"{name} running", lambda n=name: running_on(api, ns, n))
-    agents = agents_for(manager.url, tokens)
     # as test_rebalancing_moves_a_converged_job_onto_the_idle_node: enforcing, one job moves
-    set_layout(plane, agents, mnodes, ns, [[], ["CC"], ["CC"], []])
-    jobs = [JobStandIn(tmp_path / f"ckpt-{n}", n) for n in ("ra", "rb")]
-    for j in jobs:
-        start_job(api, ns, agents, j, j.prefix)
+    agents, jobs = two_converged_on_the_first_node(plane, api, mnodes, tokens, ns, tag,
+                                                   manager, tmp_path)
 
     def observed(_pods: Any) -> bool:
         return bool(metric_lines(manager, 'specon_manager_rebalance_moves_total{outcome="obs'))

@@ -91,6 +91,30 @@ def renamed(job: dict[str, Any], name: str) -> dict[str, Any]:
     return job
 
 
+def submit_the_four_jobs(cluster: RealCluster, training: str,
+                         images: dict[str, str]) -> dict[str, Any]:
+    """The e2e's four Jobs, applied in ``training`` and running; returns the example Job they
+    are copies of. Beside the migratable job: two copies of the example that use their core,
+    and the example as it is, which sleeps between steps: the agent gives the sleeper's unused
+    cores up (docs/algorithms.md, "Demand"), and with the node's two cores busy a move of the
+    migratable job to the empty node pays."""
+    k = cluster.plane.kubectl
+    filler = example("training-job.yaml", images)[0]
+    sleeping = renamed(filler, "quadratic-c")
+    sleeping["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "250m"
+    docs = [cpu_bound(filler, "quadratic-a"), cpu_bound(filler, "quadratic-b"), sleeping,
+            *example("migratable-job.yaml", images)]
+    k("apply", "-n", training, "-f", "-", input=yaml.safe_dump_all(docs))
+
+    def all_running() -> bool:
+        ps = pods(cluster, training)
+        return len(ps) == 4 and all(running_container_id(p) for p in ps)
+
+    wait_for("the four training pods to run", all_running, timeout=300,
+             diagnose=lambda: k("get", "pods", "-n", training, "-o", "wide").stdout)
+    return filler
+
+
 def cpu_bound(job: dict[str, Any], name: str) -> dict[str, Any]:
     """The example Job renamed, its 0.1 s pause between steps spent computing instead of
     sleeping: a job that uses the core it is given."""
@@ -264,23 +288,7 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
 
     # -- submit: every job lands on the first node (the second is cordoned meanwhile) -----------
     k("cordon", second)
-    filler = example("training-job.yaml", node_images)[0]
-    # Beside the migratable job: two copies of the example that use their core, and the
-    # example as it is, which sleeps between steps: the agent gives the sleeper's unused cores
-    # up (docs/algorithms.md, "Demand"), and with the node's two cores busy a move of the
-    # migratable job to the empty node pays.
-    sleeping = renamed(filler, "quadratic-c")
-    sleeping["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "250m"
-    docs = [cpu_bound(filler, "quadratic-a"), cpu_bound(filler, "quadratic-b"), sleeping,
-            *example("migratable-job.yaml", node_images)]
-    k("apply", "-n", training, "-f", "-", input=yaml.safe_dump_all(docs))
-
-    def all_running() -> bool:
-        ps = pods(cluster, training)
-        return len(ps) == 4 and all(running_container_id(p) for p in ps)
-
-    wait_for("the four training pods to run", all_running, timeout=300,
-             diagnose=lambda: k("get", "pods", "-n", training, "-o", "wide").stdout)
+    filler = submit_the_four_jobs(cluster, training, node_images)
     assert {p["spec"]["nodeName"] for p in pods(cluster, training)} == {first}
     original = {p["metadata"]["name"]: p for p in pods(cluster, training)}
     k("uncordon", second)
@@ -362,7 +370,8 @@ def test_helm_install_apply_throttle_migrate_resume_uninstall(
     after = [loss for step, loss in losses if step > at]
     assert before and after
     assert [s for s, _ in losses] == sorted({s for s, _ in losses}), "steps went back"
-    args = docs[-1]["spec"]["template"]["spec"]["containers"][0]["args"]
+    migratable = example("migratable-job.yaml", node_images)[-1]
+    args = migratable["spec"]["template"]["spec"]["containers"][0]["args"]
     assert losses[-1][0] == int(args[args.index("--iterations") + 1])  # it ran to its end
     first_loss = losses[0][1]
     # Continuing, not starting over: the first loss after the restore lies among the losses

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from nodehelp import get, pods, running_container_id, wait_for
+from nodehelp import get, pods, wait_for
 from nodelib import RealCluster
 from test_e2e import (
     MIGRATABLE,
@@ -26,13 +25,11 @@ from test_e2e import (
     REPO,
     SYSTEM,
     LimitWatch,
-    cpu_bound,
-    example,
     helm,
     install_args,
-    renamed,
     save_logs,
     shared_volumes,
+    submit_the_four_jobs,
 )
 
 pytestmark = [pytest.mark.nodes, pytest.mark.plane, pytest.mark.slow]
@@ -72,20 +69,7 @@ def test_observe_mode_on_real_nodes_changes_no_limit_and_moves_no_pod(
          "--set", "manager.migration.costSeconds=2")
     try:
         k("cordon", second)
-        filler = example("training-job.yaml", node_images)[0]
-        sleeping = renamed(filler, "quadratic-c")
-        sleeping["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"][
-            "cpu"] = "250m"
-        docs = [cpu_bound(filler, "quadratic-a"), cpu_bound(filler, "quadratic-b"), sleeping,
-                *example("migratable-job.yaml", node_images)]
-        k("apply", "-n", training, "-f", "-", input=yaml.safe_dump_all(docs))
-
-        def all_running() -> bool:
-            ps = pods(cluster, training)
-            return len(ps) == 4 and all(running_container_id(p) for p in ps)
-
-        wait_for("the four training pods to run", all_running, timeout=300,
-                 diagnose=lambda: k("get", "pods", "-n", training, "-o", "wide").stdout)
+        submit_the_four_jobs(cluster, training, node_images)
         placed = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in pods(cluster, training)}
         assert set(placed.values()) == {first}
         k("uncordon", second)
