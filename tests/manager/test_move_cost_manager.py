@@ -25,7 +25,7 @@ from specon_manager.planner import MovePlanner
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
 
-POLICY = "specon+flowcon"
+POLICY = "progress"
 NS = "/api/v1/namespaces/default/pods"
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
 
