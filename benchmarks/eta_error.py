@@ -89,8 +89,8 @@ class MeanRate(StepRate):
     def rate(self) -> float | None:
         if len(self.samples) < 2:
             return None
-        (t0, k0), (t1, k1) = self.samples[0], self.samples[-1]
-        return None if t1 - t0 < self.min_span_s else max(0.0, k1 - k0) / (t1 - t0)
+        a, b = self.samples[0], self.samples[-1]
+        return None if b.t - a.t < self.min_span_s else max(0.0, b.step - a.step) / (b.t - a.t)
 
 
 def replay(run: Run, poll_s: float, window_s: float,

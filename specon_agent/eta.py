@@ -6,8 +6,9 @@ curve (specon/core/predict.py, through its :class:`~specon_agent.qos_tracker.Job
 reaches that loss, if that comes first. A job with neither has no ETA (None): nothing says
 where it ends.
 
-The rate is the steps done over the last ``window_s`` of wall time (at least half of it seen):
-the rate the job runs at under its present limit, so the ETA moves when its limit does. Steps
+The rate is the steps done over the last ``window_s`` of wall time (specon_agent/step_window.py,
+the window the quality tracker keeps too): the rate the job runs at under its present limit, so
+the ETA moves when its limit does. Steps
 counted from records without step numbers do not count towards a total (an agent restart
 would count them from zero again).
 
@@ -17,45 +18,9 @@ No I/O and no clock: the agent feeds (time, step) at every poll.
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass, field
 
 from .qos_tracker import JobQos
-
-
-@dataclass
-class StepRate:
-    """A job's steps over a recent window of wall time."""
-
-    window_s: float = 30.0
-    samples: deque[tuple[float, float]] = field(default_factory=deque)
-    counted: bool = False  # its steps are counted records (the log carries no step numbers)
-
-    def add(self, now: float, step: float, counted: bool = False) -> None:
-        self.counted = self.counted or counted
-        if step <= 0:
-            return  # still starting: no step yet
-        self.samples.append((now, step))
-        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window_s:
-            self.samples.popleft()
-
-    def rate(self) -> float | None:
-        """Steps per second over the window; None when the span seen is under half of it."""
-        if len(self.samples) < 2:
-            return None
-        (t0, k0), (t1, k1) = self.samples[0], self.samples[-1]
-        if t1 - t0 < self.window_s / 2:
-            return None
-        return max(0.0, k1 - k0) / (t1 - t0)
-
-    @property
-    def step(self) -> float:
-        return self.samples[-1][1] if self.samples else 0.0
-
-    @property
-    def last_t(self) -> float | None:
-        """When the last sample was taken (wall clock); None before the first step."""
-        return self.samples[-1][0] if self.samples else None
+from .step_window import StepRate as StepRate  # the agent, the tests and the benchmark use it
 
 
 def steps_eta_s(rate: StepRate, total_steps: int | None) -> float | None:

@@ -20,18 +20,13 @@ from specon.core.predict import Prediction, fit_curve, predict
 from specon.core.urgency import Assessment, assess
 from specon.qos_annotations import QosSpec
 
+from .step_window import StepRate
+
 #: At most this many (step, loss) points are kept per job; beyond it every other one is
 #: dropped (the fit needs the curve's shape, not every record).
 MAX_POINTS = 2000
 #: A target counts as reached when the mean of this many last losses is at or below it.
 REACHED_OVER = 5
-
-
-@dataclass
-class _Sample:
-    t: float
-    step: float
-    cpu_ns: int | None
 
 
 @dataclass
@@ -42,7 +37,8 @@ class JobQos:
     created: float  # seconds since the epoch
     window_s: float = 30.0
     points: list[tuple[float, float]] = field(default_factory=list)
-    samples: deque[_Sample] = field(default_factory=deque)
+    #: Its steps and CPU counter over the last ``window_s`` (made from ``window_s``).
+    window: StepRate = field(init=False)
     step: float = 0.0  # the last step seen (records counted when the log gives no step)
     counted: bool = False  # steps are counted records (the log carries no step numbers)
     last_losses: deque[float] = field(default_factory=lambda: deque(maxlen=REACHED_OVER))
@@ -51,6 +47,9 @@ class JobQos:
     assessment: Assessment | None = None
     prediction: Prediction | None = None
     peak_cores: float = 0.0  # the most it was seen using over a window
+
+    def __post_init__(self) -> None:
+        self.window = StepRate(self.window_s)
 
     def best_cores(self, node_cpus: float) -> float:
         """The cores the job could use: a quarter above the most it was seen using, at least
@@ -82,22 +81,14 @@ class JobQos:
     def sample(self, now: float, cpu_ns: int | None) -> None:
         if not self.points:
             return  # still starting (imports, data loading): CPU used, no step yet
-        self.samples.append(_Sample(now, self.step, cpu_ns))
-        while len(self.samples) > 2 and now - self.samples[1].t >= self.window_s:
-            self.samples.popleft()
+        self.window.record(now, self.step, cpu_ns)
 
     def rate(self) -> tuple[float, float | None]:
         """(steps per second, cores used) over the window; cores None when unknown."""
-        if len(self.samples) < 2:
-            return 0.0, None
-        a, b = self.samples[0], self.samples[-1]
-        dt = b.t - a.t
-        if dt < self.window_s / 2:
+        rate = self.window.rate()
+        if rate is None:
             return 0.0, None  # too short a span to trust
-        rate = max(0.0, b.step - a.step) / dt
-        if a.cpu_ns is None or b.cpu_ns is None or b.cpu_ns < a.cpu_ns:
-            return rate, None
-        return rate, (b.cpu_ns - a.cpu_ns) / 1e9 / dt
+        return rate, self.window.cores()
 
     def judge(self, now: float, best_cores: float) -> Assessment:
         """Predict and assess (also kept in ``prediction`` and ``assessment``)."""
