@@ -205,6 +205,13 @@ def filter_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_name: s
                                  "to terminate")
                 elif n != res.target:
                     failed[n] = f"migration {res.migration_id}: reserved for node {res.target}"
+    return filter_result(names, items, failed)
+
+
+def filter_result(names: list[str], items: list[dict[str, Any]] | None,
+                  failed: dict[str, str]) -> dict[str, Any]:
+    """ExtenderFilterResult: the nodes asked about (``items`` when the call sent Nodes, else
+    ``names``) less ``failed``, each with its reason."""
     reply: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {},
                              "Error": ""}
     if items is not None:

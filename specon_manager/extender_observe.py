@@ -12,7 +12,13 @@ from typing import Any
 
 import orjson
 
-from specon_manager.extender import _node_names, _pod, filter_nodes, prioritize_nodes
+from specon_manager.extender import (
+    _node_names,
+    _pod,
+    filter_nodes,
+    filter_result,
+    prioritize_nodes,
+)
 from specon_manager.job_keys import is_training_pod
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.qos_book import QosBook
@@ -31,12 +37,7 @@ def observed_filter(state: ClusterState, args: Mapping[str, Any], scheduler_name
         meta = _pod(args).get("metadata") or {}
         log.info("observe mode: would filter out for %s/%s: %s", meta.get("namespace"),
                  meta.get("name"), would["FailedNodes"])
-    if items is not None:
-        return {"Nodes": {"apiVersion": "v1", "kind": "NodeList", "items": items},
-                "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
-                "Error": ""}
-    return {"Nodes": None, "NodeNames": names, "FailedNodes": {},
-            "FailedAndUnresolvableNodes": {}, "Error": ""}
+    return filter_result(names, items, {})
 
 
 def observed_prioritize(state: ClusterState, args: Mapping[str, Any], scheduler_name: str,
