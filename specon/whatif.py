@@ -10,9 +10,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specon.core.predict import fit_curve
+from specon.wire import WHATIF_INPUT_FORMAT
 from specon.workload.models import Workload
 
-FORMAT = "specon-whatif-input/v1"
+FORMAT = WHATIF_INPUT_FORMAT
 #: Points of the loss curve given to each job's profile (evenly spaced over the work left).
 LOSS_POINTS = 50
 #: What a checkpoint and a restore are assumed to cost (the manager does not measure them).

@@ -25,6 +25,8 @@ from specon.core.categorize import Category
 #: What this release sends; it accepts ``specon/v1`` and ``specon/v1.<minor>``.
 PROTOCOL = "specon/v1"
 MAJOR = "specon/v1"
+#: The manager's ``/status/whatif-input`` reply, as ``specon whatif`` reads it.
+WHATIF_INPUT_FORMAT = "specon-whatif-input/v1"
 MAX_JOBS_PER_HEARTBEAT = 1000
 #: The largest sequence number (int64, what Go and Prometheus can hold).
 MAX_SEQ = 2**63 - 1

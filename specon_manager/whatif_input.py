@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from specon.wire import Heartbeat
+from specon.wire import WHATIF_INPUT_FORMAT, Heartbeat
 from specon_manager.job_keys import pod_key
 from specon_manager.state import ClusterState
 
@@ -23,7 +23,7 @@ router = APIRouter()
 POINTS_PER_JOB = 32
 #: Jobs kept; beyond it the one reported least recently is forgotten.
 MAX_JOBS = 20_000
-FORMAT = "specon-whatif-input/v1"
+FORMAT = WHATIF_INPUT_FORMAT
 
 
 class LossHistory:
