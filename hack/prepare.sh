@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fills every cache the real-part tests need, so that hack/test.d/*.sh afterwards finds them warm
 # and takes seconds: Debian's packages (one apt-get call for all of them), the base image's root
-# filesystem tarball, and the Go builds (the plane, Kueue, the Kubeflow controllers). Starts no
-# service and exports nothing. hack/test.sh runs it in the background while the tests that need
-# none of it run, then waits for it; run alone it is the whole cold set-up.
+# filesystem tarball, the frameworks' environments (hack/lib/frameworks.sh) and the Go builds
+# (the plane, Kueue, the Kubeflow controllers). Starts no service and exports nothing.
+# hack/test.sh runs it in the background while the tests that need none of it run, then waits
+# for it; run alone it is the whole cold set-up.
 #
 # Each step's wall time goes to stderr as "[prepare] STEP: N s" (docs/testplane.md quotes them).
 # A failed step is reported and the rest still run: the test.d piece that needs it fails later
@@ -81,5 +82,12 @@ step "debian packages" debian_packages
 if [ "${SPECON_SKIP_DOCKER:-0}" != 1 ]; then
   step "base image root filesystem" bash "$ROOT/hack/images/build-base.sh" --tarball-only
 fi
+# The live callback tests' Lightning and transformers environments (pip over Debian's torch,
+# which the packages above bring).
+# shellcheck source=hack/lib/frameworks.sh
+source "$ROOT/hack/lib/frameworks.sh"
+log() { say "$@"; }
+step "frameworks' environments (lightning, transformers)" \
+  framework_venvs "${SPECON_TORCH_PYTHON:-/usr/bin/python3}"
 wait "$go_pid" || failed=1
 exit "$failed"
