@@ -16,7 +16,9 @@ from specon.workload.models import Workload
 FORMAT = WHATIF_INPUT_FORMAT
 #: Points of the loss curve given to each job's profile (evenly spaced over the work left).
 LOSS_POINTS = 50
-#: What a checkpoint and a restore are assumed to cost (the manager does not measure them).
+#: What a checkpoint and a restore are assumed to cost. The manager measures each job's move
+#: cost (``specon.io/move-cost-s`` on its owner), but ``/status/whatif-input`` does not carry
+#: it: the owners are not kept in the manager's memory.
 CHECKPOINT_S = 1.0
 #: Without a fitted curve the loss is assumed to fall as step^-DECAY from its current value.
 DECAY = 0.5
@@ -94,6 +96,19 @@ def _loss_curve(j: JobIn, step: int, left: int) -> tuple[list[float], str]:
     return [base * (s0 / max(s, 1.0)) ** DECAY for s in at], "assumed"
 
 
+def latest(jobs: list[JobIn]) -> list[JobIn]:
+    """One report per namespace/pod, in their first order: the most recent (``reported``), on
+    a tie a fresh node's, then the node first by name. A manager of this release sends one
+    already; an older one sent a job twice while a move was in flight (source and target)."""
+    kept: dict[str, JobIn] = {}
+    for j in jobs:
+        key = f"{j.namespace}/{j.pod}"
+        old = kept.get(key)
+        if old is None or (j.reported, j.fresh, old.node) > (old.reported, old.fresh, j.node):
+            kept[key] = j
+    return list(kept.values())
+
+
 def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
     """The work left of every job that has a measured step cost, all submitted now (t = 0) on
     the reporting nodes; and counts for the notes: ``declared``/``estimated`` totals,
@@ -103,7 +118,8 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
     profiles: dict[str, Any] = {}
     jobs: list[dict[str, Any]] = []
     cpus = {n.name: n.cpus for n in inp.nodes}
-    for j in inp.jobs:
+    reported = latest(inp.jobs)
+    for j in reported:
         step = j.step or 0
         if step <= 0 or not j.work_done_s or j.node not in cpus:
             counts["unmeasured"] += 1
@@ -123,8 +139,6 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
         top = min(cpus[j.node], j.demand_cores or cpus[j.node])
         speedup = {"1": 1.0} if top <= 1 else {"1": 1.0, f"{top:g}": float(f"{top:g}")}
         name = f"{j.namespace}/{j.pod}"
-        if name in profiles:  # reported by two nodes (a move in flight): counted once
-            continue
         profiles[name] = {"name": name, "iterations": left, "loss": loss,
                           "cpu_seconds_per_iteration": per_step, "speedup": speedup,
                           "checkpoint_seconds": CHECKPOINT_S, "restore_seconds": CHECKPOINT_S,
@@ -134,11 +148,11 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
                      "target_loss": j.target_loss,
                      "deadline_s": deadline if deadline is not None and deadline > 0 else None,
                      "migratable": j.checkpointable})
-    used = {j.node for j in inp.jobs}
+    used = {j.node for j in reported}
     workers = [{"name": n.name, "cpus": n.cpus} for n in inp.nodes if n.fresh or n.name in used]
     if not jobs:
         raise BadReply("jobs: no job with a measured step cost to simulate "
-                       f"({len(inp.jobs)} reported, {counts['unmeasured']} not yet measured, "
+                       f"({len(reported)} reported, {counts['unmeasured']} not yet measured, "
                        f"{counts['finished']} at their total)")
     wl = Workload.model_validate({
         "format": "specon-workload/v1", "cluster": {"workers": workers},

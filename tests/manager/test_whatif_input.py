@@ -1,15 +1,17 @@
 """The manager's memory of each job's recent losses (specon_manager.whatif_input.LossHistory):
 one point per heartbeat whose step moved on, bounded per job and in jobs, a new pod of the same
-name (new UID) or a step that went back (a restore) starts again."""
+name (new UID) or a step that went back (a restore) starts again; and the reply's one entry per
+job when two nodes' heartbeats report it (a move in flight)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from managerlib import heartbeat, job
+from managerlib import Clock, heartbeat, job
 
 from specon.wire import Heartbeat
-from specon_manager.whatif_input import LossHistory
+from specon_manager.state import ClusterState
+from specon_manager.whatif_input import LossHistory, whatif_input
 
 
 def hb(*jobs: dict[str, Any]) -> Heartbeat:
@@ -40,3 +42,27 @@ def test_the_jobs_reported_least_recently_are_forgotten_beyond_the_bound() -> No
     h.add(hb(job("j5", "PC", uid="u5", step=1, loss=1.0)))
     kept = [i for i in range(6) if h.points("default", f"j{i}", f"u{i}")]
     assert kept == [2, 4, 5]
+
+
+def test_a_job_two_nodes_report_during_a_move_comes_out_once_as_the_newer_report() -> None:
+    clock = Clock()
+    state = ClusterState(stale_after_s=30, clock=clock)
+    t = clock.now
+
+    def report(node: str, at: float, uid: str, step: int) -> None:
+        hb = heartbeat(node, [job("train", "PC", namespace="ml", uid=uid, step=step,
+                                  work_done_s=float(step))], time=at)
+        assert state.record(Heartbeat.model_validate(hb))
+
+    report("node-2", t - 20, "old-uid", 100)  # the source's last heartbeat, before the move
+    report("node-1", t - 5, "new-uid", 90)    # the target's, the replacement restored
+    got = whatif_input(state, None, now=t)["jobs"]
+    assert [(j["pod"], j["node"], j["uid"], j["step"], j["reported"]) for j in got] == [
+        ("train", "node-1", "new-uid", 90, t - 5)]
+    # The same instant on both nodes: the fresh node's report, then the node first by name.
+    report("node-1", t, "uid", 120)
+    clock.now += 40  # node-1 goes stale
+    report("node-2", t, "uid", 110)
+    assert [j["node"] for j in whatif_input(state, None)["jobs"]] == ["node-2"]
+    report("node-1", t, "uid", 120)  # both fresh
+    assert [j["node"] for j in whatif_input(state, None)["jobs"]] == ["node-1"]

@@ -86,3 +86,26 @@ def test_a_cluster_with_nothing_measured_says_so() -> None:
     with pytest.raises(BadReply, match=r"no job with a measured step cost.*1 reported, 1 not "
                        r"yet measured"):
         to_workload(parse(_reply(_job("new"))))
+
+
+def test_a_job_an_older_manager_sent_twice_is_simulated_once_from_its_later_report() -> None:
+    # Both nodes of a move in flight report it; the source's report is older (and first).
+    source = _job("moved", node="gone", fresh=False, step=100, total_steps=1000,
+                  work_done_s=100.0, loss=1.0, reported=900.0)
+    target = _job("moved", node="n2", step=90, total_steps=1000, work_done_s=180.0, loss=1.1,
+                  reported=1000.0)
+    for jobs in ((source, target), (target, source)):
+        wl, counts = to_workload(parse(_reply(*jobs, _job("other", step=10, work_done_s=5.0))))
+        assert [j.name for j in wl.jobs] == ["ml/moved", "ml/other"]
+        moved = wl.profiles["ml/moved"]
+        assert moved.iterations == 910 and moved.cpu_seconds_per_iteration == pytest.approx(2.0)
+        assert counts["declared"] == 1 and counts["estimated"] == 1
+        # the stale source, left with no job, is no worker
+        assert [w.name for w in wl.cluster.workers] == ["n1", "n2"]
+    # The same instant: the fresh node's report, else the node first by name.
+    twin = {**source, "reported": 1000.0}
+    wl, _ = to_workload(parse(_reply(twin, target)))
+    assert wl.profiles["ml/moved"].iterations == 910
+    wl, _ = to_workload(parse(_reply({**target, "node": "n2", "step": 80},
+                                     {**target, "node": "n1", "step": 70})))
+    assert wl.profiles["ml/moved"].iterations == 930
