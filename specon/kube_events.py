@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from specon import rfc3339
+
 #: The API's limits on an Event's ``note`` (bytes) and ``reportingInstance`` (characters).
 NOTE_BYTES = 1024
 INSTANCE_CHARS = 128
@@ -44,11 +46,6 @@ def event_body(obj: dict[str, Any], reason: str, message: str, *, action: str,
         "type": "Warning" if warning else "Normal",
         "action": action,
         "reportingController": controller, "reportingInstance": instance[:INSTANCE_CHARS],
-        "eventTime": micro_time(now),
+        "eventTime": rfc3339.micro_ns(now),
     }
 
-
-def micro_time(ns: int) -> str:
-    """RFC 3339 with microseconds, UTC (the API's MicroTime)."""
-    seconds, rest = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1000:06d}Z"

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from specon import __version__, names
+from specon import __version__, names, rfc3339
 
 AGENT = names.REPORTER_AGENT
 MANAGER = "specon-manager"  # the manager's reportingController (specon_manager.kube)
@@ -187,7 +187,7 @@ def job_rows(opts: argparse.Namespace) -> list[Obj]:
         source = None if since is None else "event"
         if at is not None and at.get("fresh"):  # the manager's live view is newer
             category, limit, source = at.get("category"), at.get("limit_cores"), "manager"
-            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(at["reported"])))
+            since = rfc3339.seconds(float(at["reported"]))
         rows.append({
             "namespace": ns, "name": md.get("name"), "node": (p.get("spec") or {}).get(
                 "nodeName"), "phase": (p.get("status") or {}).get("phase"),

@@ -191,3 +191,6 @@ class ReallocationReply(_Wire):
     reason: Annotated[str, Field(max_length=256)] = ""
     #: True: the job is marked migrated (moved, or best where it is); never request it again.
     migrated: bool = False
+    #: The manager's own: True when observe mode answered in place of a move it would have
+    #: made (``decision`` is then ``stay``). Never sent: a 0.1 agent refuses unknown keys.
+    observed: bool = Field(default=False, exclude=True)

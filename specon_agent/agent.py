@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specon import rfc3339
 from specon.core.node import NodeController
 from specon.core.scoring import Weights
 from specon.core.threads import threads_for_limit
@@ -164,7 +165,7 @@ class Agent:
             deadline = job.qos.deadline
             log.info("%s: target loss %s, deadline %s", target.name,
                      _fmt(target.qos.target_loss), "-" if deadline is None else
-                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline)))
+                     rfc3339.seconds(deadline))
         self.control.arrive(target.cid, now, self.meter.usage_ns(target.cid))
         self.metrics.events.labels("arrival").inc()
         log.info("job %s (%s) arrived; following %s", target.name, target.cid[:12],

@@ -6,7 +6,6 @@ API server answered 401 (``expire()``), so the request is retried once with a fr
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import subprocess
@@ -15,6 +14,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
+
+from specon import rfc3339
 
 #: How often a token file is read again without a 401 (seconds). The kubelet replaces a projected
 #: token at 80% of its life (an hour or more), so a few seconds' lag costs nothing.
@@ -153,9 +154,7 @@ class ExecPlugin:
                                   "certificates from exec plugins are not supported)")
         until = None
         if status.get("expirationTimestamp"):
-            expires = dt.datetime.fromisoformat(
-                str(status["expirationTimestamp"]).replace("Z", "+00:00"))
-            until = expires.timestamp() - EXEC_EXPIRY_SKEW_S
+            until = rfc3339.parse(str(status["expirationTimestamp"])) - EXEC_EXPIRY_SKEW_S
         return str(token), until
 
     def token(self) -> str | None:

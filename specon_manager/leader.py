@@ -19,16 +19,12 @@ import copy
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
+from specon import rfc3339
 from specon_manager.kube import FENCED, Kube, KubeError
 
 log = logging.getLogger(__name__)
-
-
-def _micro_time(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseElector:
@@ -74,7 +70,7 @@ class LeaseElector:
                             f"({self.renew_deadline_s:g} s): it may no longer write")
 
     def _spec(self, transitions: int) -> dict[str, Any]:
-        now = _micro_time(time.time())
+        now = rfc3339.micro(time.time())
         return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration_s),
                 "acquireTime": now, "renewTime": now, "leaseTransitions": transitions}
 
@@ -98,7 +94,7 @@ class LeaseElector:
         Lease changed since (409: read it again)."""
         assert self._written is not None
         lease = copy.deepcopy(self._written)
-        lease.setdefault("spec", {})["renewTime"] = _micro_time(time.time())
+        lease.setdefault("spec", {})["renewTime"] = rfc3339.micro(time.time())
         sent = self.clock()
         try:
             self._written = self.kube.put(self.path, lease)

@@ -22,10 +22,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 
+from specon import rfc3339
 from specon.names import ANNOTATION_STATE
 from specon.wire import Heartbeat, JobReport
 
@@ -81,18 +81,14 @@ def worth_writing(last: _Written | None, new: PodState, now: float, wall: float,
     return abs(new.eta - old.eta) > max(ETA_MOVE_S, ETA_MOVE_SHARE * max(0.0, new.eta - wall))
 
 
-def _rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def annotation(state: PodState, wall: float, observing: bool = False) -> str:
     """The annotation's value: compact JSON, times in RFC 3339 (UTC). In observe mode the
     limit is one the agent would set (``wouldLimitCores``): the pod's own limit is unchanged."""
     limit = {"wouldLimitCores" if observing else "limitCores": state.limit_cores}
     return orjson.dumps({
         "category": state.category, **limit,
-        "predictedCompletion": None if state.eta is None else _rfc3339(state.eta),
-        "node": state.node, "updated": _rfc3339(wall)}).decode()
+        "predictedCompletion": None if state.eta is None else rfc3339.seconds(state.eta),
+        "node": state.node, "updated": rfc3339.seconds(wall)}).decode()
 
 
 class PodStateWriter:

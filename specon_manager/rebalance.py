@@ -30,7 +30,6 @@ from specon_manager.migration import (
     parent_of,
     why_not_movable,
 )
-from specon_manager.migration.observe import OBSERVED
 from specon_manager.settings import ManagerSettings
 from specon_manager.state import ClusterState
 
@@ -132,7 +131,7 @@ class Rebalancer:
         for mv in moves:
             reply = self.controller.start(pods[mv.job], reason="rebalance", target=mv.target)
             outcome = "started" if reply.decision == "migrate" else (
-                "observed" if reply.reason.startswith(OBSERVED) else "refused")
+                "observed" if reply.observed else "refused")
             self.metrics.rebalance_moves.labels(outcome).inc()
             log.info("rebalance %s: %s -> %s: %s %s", mv.job, mv.source, mv.target, outcome,
                      reply.reason)

@@ -4,9 +4,9 @@ request to its replacement's containers running, kept on the job's object as a r
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
+from specon import rfc3339
 from specon.core.move_cost import format_cost, realised_gain, updated_cost
 from specon_manager.kube import KubeError, annotations_of, meta, pod_path
 from specon_manager.migration.context import PhaseContext, log
@@ -30,7 +30,7 @@ def started_at(pod: dict[str, Any]) -> float | None:
         if not since:
             return None
         try:
-            times.append(datetime.fromisoformat(str(since).replace("Z", "+00:00")).timestamp())
+            times.append(rfc3339.parse(str(since)))
         except ValueError:
             return None
     return max(times) if times else None

@@ -13,7 +13,8 @@ from specon_manager.kube import meta
 from specon_manager.migration.context import PhaseContext, log
 from specon_manager.state import pod_key
 
-#: Every reply to a move observe mode did not make starts with this.
+#: Every reply to a move observe mode did not make starts with this (for people: code reads
+#: the reply's ``observed``).
 OBSERVED = "observe mode"
 #: At most this many pods' would-be targets are remembered (the oldest go first).
 REMEMBERED = 10_000
@@ -39,5 +40,5 @@ def would_move(ctx: PhaseContext, pod: dict[str, Any], reason: str, source: str,
                   f"{source} to {target}{plan}; not moved")
         log.info("observe mode: would migrate %s/%s %s -> %s (%s)%s", ns, name, source, target,
                  reason, plan)
-    return ReallocationReply(decision="stay", target=source, migrated=True,
+    return ReallocationReply(decision="stay", target=source, migrated=True, observed=True,
                              reason=f"{OBSERVED}: would migrate to {target}; not moved")

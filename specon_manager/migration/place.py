@@ -6,9 +6,9 @@ stays terminating is waited for (never two copies of a job) and reported once.""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
+from specon import rfc3339
 from specon_manager.kube import KubeError, controller_ref, meta, pod_path
 from specon_manager.migration.context import PhaseContext, log
 from specon_manager.migration.end import cancel_deleted, finish
@@ -102,7 +102,7 @@ def source_stuck(ctx: PhaseContext, m: Migration, src: dict[str, Any], now: floa
     if m.id in ctx.stuck_reported:
         return
     try:
-        ends = datetime.fromisoformat(str(meta(src)["deletionTimestamp"])).timestamp()
+        ends = rfc3339.parse(str(meta(src)["deletionTimestamp"]))
     except (KeyError, ValueError):
         return
     if now < ends + ctx.settings.source_stuck_after_s:
@@ -111,7 +111,7 @@ def source_stuck(ctx: PhaseContext, m: Migration, src: dict[str, Any], now: floa
     node = (src.get("spec") or {}).get("nodeName") or m.source
     state = node_state(ctx.kube.get(f"/api/v1/nodes/{node}"))
     ctx.metrics.migrations_stuck.inc()
-    since = datetime.fromtimestamp(ends, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = rfc3339.seconds(ends)
     ctx.event(ctx.pod_ref(m), "MigrationSourceStuck",
               f"migration {m.id}: the evicted pod is still terminating (grace period "
               f"ended {since}; node {node} is {state}); its replacement waits for it so "

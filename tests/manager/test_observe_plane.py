@@ -84,6 +84,8 @@ def test_a_converged_job_s_move_is_told_and_not_made(
     # enforcing, this request moves the job to node 1 (test_manager_plane.py)
     assert reply["decision"] == "stay" and reply["migrated"] is True, reply
     assert reply["reason"] == f"observe mode: would migrate to {mnodes[1]}; not moved"
+    # the manager's own mark (``observed``, which rebalancing counts by) is not on the wire
+    assert set(reply) == {"decision", "target", "reason", "migrated"}, reply
     drive(api, ns, agents, [job], for_a_while(3))
     unmoved(api, ns, job, mnodes[3])
     [event] = wait_for("the WouldMigrate Event", lambda: would_migrate(api, ns))
@@ -119,5 +121,6 @@ def test_a_rebalancing_move_is_told_once_and_not_made(
     assert not MOVING & set(api.events(ns))
     assert metric_lines(manager, "specon_manager_would_migrations_total{") == [
         'specon_manager_would_migrations_total{reason="rebalance"} 1.0']
+    # counted by the reply's mark (``observed``), round after round: planned again, not told
     rounds = metric_lines(manager, 'specon_manager_rebalance_moves_total{outcome="observed"}')
-    assert rounds and float(rounds[0].split()[-1]) >= 2  # planned again, not told again
+    assert rounds and float(rounds[0].split()[-1]) >= 2

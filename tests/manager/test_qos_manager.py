@@ -318,3 +318,25 @@ def test_the_rebalancer_moves_the_job_with_the_most_slack_and_never_one_at_risk(
     assert round_with(qos) == ["default/d"]
     qos["d"] = ("on-track", 50.0)
     assert round_with(qos) == []
+
+
+def test_in_observe_mode_a_would_be_move_is_marked_observed_and_a_held_job_is_not() -> None:
+    # The rebalancer labels its outcome by the reply's mark, not by the words of its reason.
+    ctl, state, kube = controller([running(n, "node-1") for n in ("a", "b")],
+                                  enforcement="observe")
+    state.record(report("node-2", []))
+    state.record(report("node-1", [job("a", "CC", uid="u-a", qos="at-risk", slack_s=-5.0),
+                                   job("b", "CC", uid="u-b")]))
+    held = ctl.start(kube.pods["/api/v1/namespaces/default/pods/a"], reason="rebalance",
+                     target="node-2")
+    assert held.decision == "stay" and not held.observed and not held.migrated
+    reb = Rebalancer(ctl.kube, state, ctl, ctl.settings, ctl.metrics)
+    assert reb.run_once() == []  # b would move to node-2; nothing is started
+    moved = ctl.start(kube.pods["/api/v1/namespaces/default/pods/b"], reason="rebalance",
+                      target="node-2")
+    assert moved.decision == "stay" and moved.observed and moved.migrated
+    assert moved.reason == "observe mode: would migrate to node-2; not moved"
+    assert kube.events == ["WouldMigrate"] and kube.patches == [] and ctl.in_flight() == []
+    moves = {o: ctl.metrics.registry.get_sample_value(
+        "specon_manager_rebalance_moves_total", {"outcome": o}) for o in ("observed", "refused")}
+    assert moves == {"observed": 1.0, "refused": None}

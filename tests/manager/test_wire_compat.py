@@ -149,3 +149,12 @@ def test_the_agent_reads_a_newer_managers_replies() -> None:
         link._http.close()
         server.shutdown()
         server.server_close()
+
+
+def test_the_managers_own_mark_on_a_reply_is_never_sent() -> None:
+    # ``observed`` (observe mode's would-be move) is for the manager's rebalancer alone: a 0.1
+    # agent refuses unknown keys, so the reply it reads is 0.1's shape.
+    reply = ReallocationReply(decision="stay", target="real-1", migrated=True, observed=True,
+                              reason="observe mode: would migrate to real-2; not moved")
+    assert set(json.loads(reply.model_dump_json())) == set(sample("reallocation-reply"))
+    assert set(reply.model_dump(mode="json")) == set(sample("reallocation-reply"))
