@@ -86,9 +86,15 @@ if [ $# -gt 0 ]; then
   exit $rc
 fi
 
-log "pytest, first pass: the tests that need no real part ($PURE)"
+# The first pass on several processes (pytest-xdist), a test file per process at a time (its
+# module-scoped servers started once); SPECON_TEST_WORKERS=1 runs it in this process.
+workers=${SPECON_TEST_WORKERS:-$(nproc)}
+[ "$workers" -gt 4 ] && workers=4
+parallel=()
+[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
+log "pytest, first pass: the tests that need no real part ($PURE), $workers process(es)"
 set +e
-run_pytest -m "$PURE" --durations=20
+run_pytest -m "$PURE" "${parallel[@]}" --durations=20
 rc_pure=$?
 set -e
 
