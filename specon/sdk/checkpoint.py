@@ -203,13 +203,15 @@ class Checkpointer:
         (another tenant, a compromised job): the file is parsed as the safetensors format and
         JSON, nothing in it is unpickled, imported or called; anything else is refused with
         :class:`UnsafeCheckpoint`."""
-        old = _legacy(data)
-        if old is not None:
-            raise UnsafeCheckpoint(f"{old}, refused: checkpoints are never unpickled; this "
-                                   "version reads the safetensors format only")
+        # Parsed first, named after: a safetensors file starts with its header's length, whose
+        # low byte is 0x80 for one header length in 256, the byte a pickle starts with.
         try:
             tensors, metadata = tensorfile.loads(data)
         except tensorfile.TensorFileError as exc:
+            old = _legacy(data)
+            if old is not None:
+                raise UnsafeCheckpoint(f"{old}, refused: checkpoints are never unpickled; this "
+                                       "version reads the safetensors format only") from None
             raise UnsafeCheckpoint(f"not a safetensors file: {exc}") from exc
         if metadata.get("format") != STATE_FORMAT or "state" not in metadata:
             raise UnsafeCheckpoint(f"not a SpeCon checkpoint (its metadata has no format "
