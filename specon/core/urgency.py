@@ -139,7 +139,8 @@ def qos_limits(
     node (what they leave flows on), every other job with a target or deadline is held at its
     part (never below ``floor``). Jobs without a target or deadline get no limit from here
     (None: they keep FlowCon's), nor does anyone when no job is prioritised, except that a
-    reached target is held at ``floor`` whenever the job shares the node.
+    job past saving or whose target is reached is held at ``floor`` whenever it shares the
+    node (docs/qos.md).
     """
     floor = max(0.0, min(1.0, floor))
     if first is None:
