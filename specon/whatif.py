@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specon.core.predict import fit_curve
-from specon.wire import WHATIF_INPUT_FORMAT
+from specon.wire import WHATIF_INPUT_FORMAT, latest_reports
 from specon.workload.models import Workload
 
 FORMAT = WHATIF_INPUT_FORMAT
@@ -96,19 +96,6 @@ def _loss_curve(j: JobIn, step: int, left: int) -> tuple[list[float], str]:
     return [base * (s0 / max(s, 1.0)) ** DECAY for s in at], "assumed"
 
 
-def latest(jobs: list[JobIn]) -> list[JobIn]:
-    """One report per namespace/pod, in their first order: the most recent (``reported``), on
-    a tie a fresh node's, then the node first by name. A manager of this release sends one
-    already; an older one sent a job twice while a move was in flight (source and target)."""
-    kept: dict[str, JobIn] = {}
-    for j in jobs:
-        key = f"{j.namespace}/{j.pod}"
-        old = kept.get(key)
-        if old is None or (j.reported, j.fresh, old.node) > (old.reported, old.fresh, j.node):
-            kept[key] = j
-    return list(kept.values())
-
-
 def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
     """The work left of every job that has a measured step cost, all submitted now (t = 0) on
     the reporting nodes; and counts for the notes: ``declared``/``estimated`` totals,
@@ -118,7 +105,7 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
     profiles: dict[str, Any] = {}
     jobs: list[dict[str, Any]] = []
     cpus = {n.name: n.cpus for n in inp.nodes}
-    reported = latest(inp.jobs)
+    reported = latest_reports(inp.jobs)  # an older manager sent a moving job twice
     for j in reported:
         step = j.step or 0
         if step <= 0 or not j.work_done_s or j.node not in cpus:

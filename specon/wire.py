@@ -15,7 +15,8 @@ samples against this code.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -194,3 +195,23 @@ class ReallocationReply(_Wire):
     #: The manager's own: True when observe mode answered in place of a move it would have
     #: made (``decision`` is then ``stay``). Never sent: a 0.1 agent refuses unknown keys.
     observed: bool = Field(default=False, exclude=True)
+
+
+_Report = TypeVar("_Report")
+
+
+def latest_reports(reports: Iterable[_Report],
+                   get: Callable[[_Report, str], Any] = getattr) -> list[_Report]:
+    """One job report per namespace/pod, for the ``/status/whatif-input`` reply (its manager
+    builds it, ``specon whatif`` reads it): during a move the source's last heartbeat and the
+    target's can both report a job. Kept: the most recent (``reported``), on a tie a fresh
+    node's, then the node first by name; in the order first seen. ``get`` reads a field
+    (``getattr`` for models, ``operator.getitem`` for dicts)."""
+    kept: dict[str, _Report] = {}
+    for r in reports:
+        key = f"{get(r, 'namespace')}/{get(r, 'pod')}"
+        old = kept.get(key)
+        if old is None or (get(r, "reported"), get(r, "fresh"), get(old, "node")) > (
+                get(old, "reported"), get(old, "fresh"), get(r, "node")):
+            kept[key] = r
+    return list(kept.values())

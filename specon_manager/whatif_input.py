@@ -5,6 +5,7 @@ from its heartbeats; bounded in points per job and in jobs."""
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections import OrderedDict, deque
@@ -13,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from specon.wire import WHATIF_INPUT_FORMAT, Heartbeat, JobReport
+from specon.wire import WHATIF_INPUT_FORMAT, Heartbeat, latest_reports
 from specon_manager.job_keys import pod_key
 from specon_manager.state import ClusterState
 
@@ -68,12 +69,10 @@ def whatif_input(state: ClusterState, losses: LossHistory | None,
     (``reported``: agent clock); ``time`` is the manager's now. Steps, step cost and totals are
     the agent's: ``work_done_s`` CPU-seconds for ``step`` steps, ``work_s`` left.
 
-    One entry per namespace/pod: during a move the source's last heartbeat and the target's
-    can both report the job (same UID or its replacement's); the most recent report is kept
-    (``hb.time``), on a tie a fresh node's, then the node first by name."""
-    nodes: list[dict[str, Any]] = []
-    latest: dict[str, tuple[float, bool, str, Heartbeat, JobReport]] = {}
-    for node in state.nodes():  # sorted: on a full tie the node first by name is kept
+    One entry per namespace/pod (specon.wire.latest_reports): during a move the source's last
+    heartbeat and the target's can both report the job (same UID or its replacement's)."""
+    nodes, jobs = [], []
+    for node in state.nodes():
         hb = state.heartbeat(node)
         if hb is None:
             continue
@@ -81,23 +80,18 @@ def whatif_input(state: ClusterState, losses: LossHistory | None,
         nodes.append({"name": node, "cpus": hb.capacity_cpus, "load_cores": hb.load_cores,
                       "fresh": fresh, "reported": hb.time})
         for j in hb.jobs:
-            key = pod_key(j.namespace, j.pod)
-            kept = latest.get(key)
-            if kept is None or (hb.time, fresh) > (kept[0], kept[1]):
-                latest[key] = (hb.time, fresh, node, hb, j)
-    jobs = []
-    for _, fresh, node, hb, j in latest.values():
-        jobs.append({
-            "namespace": j.namespace, "pod": j.pod, "uid": j.uid, "node": node,
-            "fresh": fresh, "category": j.category.value, "step": j.step,
-            "total_steps": j.total_steps, "work_s": j.work_s, "work_done_s": j.work_done_s,
-            "cpu_cores": j.cpu_cores, "limit_cores": j.limit * hb.capacity_cpus,
-            "demand_cores": j.demand_cores, "loss": j.loss, "growth": j.growth,
-            "checkpointable": j.checkpointable, "target_loss": j.target_loss,
-            "deadline": j.deadline, "created": j.created, "reported": hb.time,
-            "losses": ([] if losses is None else
-                       [list(p) for p in losses.points(j.namespace, j.pod, j.uid)]),
-        })
+            jobs.append({
+                "namespace": j.namespace, "pod": j.pod, "uid": j.uid, "node": node,
+                "fresh": fresh, "category": j.category.value, "step": j.step,
+                "total_steps": j.total_steps, "work_s": j.work_s, "work_done_s": j.work_done_s,
+                "cpu_cores": j.cpu_cores, "limit_cores": j.limit * hb.capacity_cpus,
+                "demand_cores": j.demand_cores, "loss": j.loss, "growth": j.growth,
+                "checkpointable": j.checkpointable, "target_loss": j.target_loss,
+                "deadline": j.deadline, "created": j.created, "reported": hb.time,
+                "losses": ([] if losses is None else
+                           [list(p) for p in losses.points(j.namespace, j.pod, j.uid)]),
+            })
+    jobs = latest_reports(jobs, operator.getitem)
     jobs.sort(key=lambda j: (j["namespace"], j["pod"]))
     return {"format": FORMAT, "time": time.time() if now is None else now, "nodes": nodes,
             "jobs": jobs}
