@@ -88,6 +88,6 @@ fi
 source "$ROOT/hack/lib/frameworks.sh"
 log() { say "$@"; }
 step "frameworks' environments (lightning, transformers)" \
-  framework_venvs "${SPECON_TORCH_PYTHON:-/usr/bin/python3}"
+  framework_venvs "${SPECON_TORCH_PYTHON:-}"
 wait "$go_pid" || failed=1
 exit "$failed"
