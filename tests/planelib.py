@@ -654,6 +654,20 @@ def plane_namespace(plane: Plane) -> Iterator[str]:
 
 
 # -- hooks (tests/conftest.py re-exports these) -------------------------------------------------
+#: The fixtures that need the plane's binaries: a test using one is a ``plane`` test.
+PLANE_FIXTURES = frozenset({"plane", "plane_bin", "plane_namespace"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``plane`` every test that uses the plane's binaries, before ``-m`` selects: a test
+    that only renders the chart with the plane's helm once ran in the first pass unmarked,
+    and on a cold machine (binaries still building) it failed (docs/testplane.md)."""
+    for item in items:
+        if PLANE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.plane)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield

@@ -97,6 +97,7 @@ def test_the_rules_name_only_metrics_the_services_export() -> None:
         assert names <= exported, f"{rule['alert']}: {sorted(names - exported)} not exported"
 
 
+@pytest.mark.plane  # the chart rendered by the plane's helm
 def test_the_chart_renders_the_rule_file_as_a_prometheus_rule(
         plane_bin: Path, tmp_path: Path) -> None:
     assert not find(docs(render(plane_bin, tmp_path)), "PrometheusRule")  # off by default

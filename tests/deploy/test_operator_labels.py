@@ -153,6 +153,7 @@ def _series(prom: str, expr: str) -> list[dict[str, str]]:
     return [r["metric"] for r in doc["data"]["result"]]
 
 
+@pytest.mark.plane  # the chart rendered by the plane's helm
 def test_job_labels_survive_the_operators_relabelling(
         plane_bin: Path, tmp_path: Path, agent_metrics: str) -> None:
     objs = docs(render(plane_bin, tmp_path, {"metrics.serviceMonitor.enabled": True}))
