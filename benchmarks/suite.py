@@ -164,6 +164,9 @@ def main() -> None:
     ap.add_argument("--loss-noise", type=float, default=None,
                     help="relative sigma of extra noise on each logged loss (robustness)")
     ap.add_argument("--fair", type=float, default=None, help="override SimConfig.fair_share")
+    ap.add_argument("--qos-over-shares", action="store_true",
+                    help="the agent's QoS limits over the node rule's shares, as the agent "
+                    "composes them (SimConfig.qos_over_shares; docs/results.md)")
     ap.add_argument("--out", type=Path, default=None,
                     help="default: docs/results/suite.json (suite-noisy-NOISE.json with --noise)")
     a = ap.parse_args()
@@ -184,6 +187,8 @@ def main() -> None:
     for key in ("cost_error", "unknown_total_share", "loss_noise", "fair"):
         if getattr(a, key) is not None:
             cfg["fair_share" if key == "fair" else key] = getattr(a, key)
+    if a.qos_over_shares:
+        cfg["qos_over_shares"] = True
     if a.out is None:
         name = "suite.json" if a.noise == "none" else f"suite-noisy-{a.noise}.json"
         a.out = ROOT / "docs" / "results" / name

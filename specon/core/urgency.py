@@ -137,16 +137,17 @@ def qos_limits(
     and the jobs without a target or deadline, equally; last the jobs past saving or whose
     target is reached. That division becomes limits: the most urgent jobs may use the whole
     node (what they leave flows on), every other job with a target or deadline is held at its
-    part (never below ``floor``). Jobs without a target or deadline get no limit from here
-    (None: they keep FlowCon's), nor does anyone when no job is prioritised, except that a
-    job past saving or whose target is reached is held at ``floor`` whenever it shares the
-    node (docs/qos.md).
+    part (never below ``floor``), the jobs past saving or whose target is reached last. Jobs
+    without a target or deadline get no limit from here (None: they keep the node's share
+    rule's or FlowCon's), nor does anyone when no job is prioritised: a job yields only to a
+    job that needs the CPU, so a missed deadline or a reached target costs no more than the
+    node's own rule would (docs/qos.md).
     """
     floor = max(0.0, min(1.0, floor))
     if first is None:
         first = prioritised(jobs, node_cpus)
     names = list(jobs)
-    if len(names) < 2:
+    if len(names) < 2 or not first:
         return dict.fromkeys(names)
     levels, caps = [], []
     for n in names:

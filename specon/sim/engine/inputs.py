@@ -153,7 +153,7 @@ def agent_qos_caps(sim: Simulator, w: Worker, jobs: list[Job],
                    caps: list[float]) -> list[float]:
     """The node agent's rule (specon_agent/qos_tracker.py, docs/qos.md): each job with a
     target or deadline assessed from its rate and cores so far, the worker divided by strict
-    priority into limits; jobs without either keep FlowCon's caps."""
+    priority into limits; the others keep ``caps`` (FlowCon's, or the node rule's shares)."""
     judged: dict[str, Assessment | None] = {}
     for j in jobs:
         spec = j.spec

@@ -86,16 +86,22 @@ def _slaq(sim: Simulator, w: Worker, jobs: list[Job], caps: list[float]) -> list
 def node_rule(sim: Simulator, w: Worker, jobs: list[Job], caps: list[float]) -> list[float]:
     """A node share rule of the core (specon.core.node.NODE_SHARES: the progress-aware
     policy's, a test's), run by the worker's node controller as the agent runs it; the shares
-    are limits, and jobs that take the hint run as many threads as their limit allows."""
+    are limits, and jobs that take the hint run as many threads as their limit allows. With
+    ``qos_over_shares``, the QoS limits of jobs with a target or deadline override the shares,
+    as on the agent (docs/qos.md)."""
     del caps
     shares = w.ctl.divide(sim.policy.share, w.cpus, [inputs.load(sim, j, w) for j in jobs],
                           sim.cfg.weights, sim.cfg.fair_share)
-    cores = waterfill(w.cpus, [min(c, shares[j.spec.name]) for j, c in
-                               zip(jobs, inputs.hinted_caps(sim, w, jobs), strict=True)],
+    limits = [shares[j.spec.name] for j in jobs]
+    if sim.cfg.qos_over_shares and any(
+            j.spec.target_loss is not None or j.spec.deadline_s is not None for j in jobs):
+        limits = inputs.agent_qos_caps(sim, w, jobs, limits)
+    cores = waterfill(w.cpus, [min(c, lim) for c, lim in
+                               zip(inputs.hinted_caps(sim, w, jobs), limits, strict=True)],
                       [1.0] * len(jobs))
-    for j in jobs:
+    for j, lim in zip(jobs, limits, strict=True):
         if inputs.hints(sim, j):  # the agent's rule for the hint (specon.core.threads)
-            j.threads = min(threads_for_limit(shares[j.spec.name], w.cpus), j.curve.max_cores)
+            j.threads = min(threads_for_limit(lim, w.cpus), j.curve.max_cores)
     return cores
 
 
