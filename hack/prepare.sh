@@ -89,5 +89,8 @@ source "$ROOT/hack/lib/frameworks.sh"
 log() { say "$@"; }
 step "frameworks' environments (lightning, transformers)" \
   framework_venvs "${SPECON_TORCH_PYTHON:-}"
+# Everything but the Go builds is in place: hack/test.sh may start the tests that need only
+# PyTorch and Chromium while the builds go on.
+[ -n "${SPECON_PREPARE_READY:-}" ] && touch "$SPECON_PREPARE_READY"
 wait "$go_pid" || failed=1
 exit "$failed"
