@@ -242,6 +242,8 @@ def test_the_service_stops_acting_when_its_renewals_fail(
         assert kube.get(f"/api/v1/namespaces/{plane_namespace}/configmaps/late") is None
     finally:
         svc._stop.set()
+        for cache in svc.caches:  # their watches use the client: stopped before it closes
+            cache.stop()
         if svc._thread is not None:
             svc._thread.join(10)
         kube.close()

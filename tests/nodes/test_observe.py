@@ -132,7 +132,9 @@ def test_observe_mode_on_real_nodes_changes_no_limit_and_moves_no_pod(
             capture_output=True, text=True, timeout=300, check=False)
         assert got.returncode == 0, got.stderr
         told = json.loads(got.stdout)
-        assert told["jobs"] == 4 and set(told["policies"]) == {"default", "progress"}, told
+        # (5 once in a full run, 2026-11-26: the pods of every namespace say which job was more)
+        assert told["jobs"] == 4 and set(told["policies"]) == {"default", "progress"}, (
+            told, k("get", "pods", "-A", "-o", "wide").stdout)
     finally:
         save_logs(cluster)
         helm(cluster, home, "uninstall", RELEASE, "--namespace", SYSTEM, "--wait",
