@@ -37,16 +37,16 @@ def main() -> None:
         base = [run_one(build(s), "default", SimConfig(record_timeline=False), s)
                 for s in range(args.seeds)]
         met = statistics.fmean(float(r.summary()[metric]) for r in base)
+        avg_base = statistics.fmean(float(r.summary()["avg_completion_s"]) for r in base)
+        base_jobs = [{j.name: j.completion_s for j in r.jobs} for r in base]  # per seed
         print(f"| {experiment} | default | {met:.1f} of {of} | | |")
         for arm, policy, over in ARMS:
             cfg = SimConfig(record_timeline=False, qos_over_shares=over)
             runs = [run_one(build(s), policy, cfg, s) for s in range(args.seeds)]
             met = statistics.fmean(float(r.summary()[metric]) for r in runs)
             avg = statistics.fmean(float(r.summary()["avg_completion_s"]) for r in runs)
-            avg_base = statistics.fmean(float(r.summary()["avg_completion_s"]) for r in base)
             worst = max(j.completion_s / d[j.name]
-                        for r, b in zip(runs, base, strict=True)
-                        for d in [{x.name: x.completion_s for x in b.jobs}] for j in r.jobs)
+                        for r, d in zip(runs, base_jobs, strict=True) for j in r.jobs)
             print(f"| {experiment} | {arm} | {met:.1f} of {of} | "
                   f"{100 * (avg / avg_base - 1):+.1f}% | {worst:.2f}× |")
 

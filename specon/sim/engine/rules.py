@@ -93,8 +93,7 @@ def node_rule(sim: Simulator, w: Worker, jobs: list[Job], caps: list[float]) -> 
     shares = w.ctl.divide(sim.policy.share, w.cpus, [inputs.load(sim, j, w) for j in jobs],
                           sim.cfg.weights, sim.cfg.fair_share)
     limits = [shares[j.spec.name] for j in jobs]
-    if sim.cfg.qos_over_shares and any(
-            j.spec.target_loss is not None or j.spec.deadline_s is not None for j in jobs):
+    if sim.cfg.qos_over_shares:  # a node whose jobs state no goal keeps the shares
         limits = inputs.agent_qos_caps(sim, w, jobs, limits)
     cores = waterfill(w.cpus, [min(c, lim) for c, lim in
                                zip(inputs.hinted_caps(sim, w, jobs), limits, strict=True)],
