@@ -109,11 +109,13 @@ def create_replacement(ctx: PhaseContext, m: Migration, marker: str, now: float)
     spec.pop("nodeName", None)
     spec["schedulingGates"] = [{"name": GATE}]
     # The source's spec holds the limit its agent set (resize actuator): the copy gets the
-    # owner's, as the source's agent last reported it (the fault campaign found a moved
-    # job keeping the agent's limit for good).
+    # owner's, as the source's agent last reported it, else as recorded when the move
+    # started (the fault campaign found moved jobs keeping the agent's limit for good).
     rep = ctx.state.job_on(m.source, m.namespace, m.pod, m.pod_uid)
     if rep is not None and rep.owner_limit_cores is not None:
         with_cpu_limit(spec, rep.container, rep.owner_limit_cores)
+    elif m.owner_cpu_limit is not None and m.owner_cpu_container:
+        with_cpu_limit(spec, m.owner_cpu_container, m.owner_cpu_limit)
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": m.replacement, "namespace": m.namespace,
         "labels": {**(md.get("labels") or {}), L_MIGRATING: "true"}, "annotations": ann},

@@ -29,6 +29,18 @@ def with_cpu_limit(spec: dict[str, Any], container: str, cores: float) -> None:
             res["requests"]["cpu"] = value
 
 
+def cpu_limit_of(spec: dict[str, Any], container: str) -> float | None:
+    """``container``'s CPU limit in a pod spec (cores), or None: none, or not readable."""
+    for c in spec.get("containers") or ():
+        if c.get("name") == container:
+            cpu = ((c.get("resources") or {}).get("limits") or {}).get("cpu")
+            try:
+                return None if cpu is None else parse_cpu(str(cpu))
+            except ValueError:
+                return None
+    return None
+
+
 def _matches(req: dict[str, Any], value: str | None) -> bool:
     """One node selector requirement (``key``, ``operator``, ``values``) against the node's
     value for its key (None: the node has no such label)."""

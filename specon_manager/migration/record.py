@@ -47,6 +47,13 @@ class Migration:
     #: the cost it was charged, and that cost (seconds; None: not planned by gain).
     predicted_gain_s: float | None = None
     charged_cost_s: float | None = None
+    #: The CPU limit (cores) the job's owner set on ``owner_cpu_container`` when the move
+    #: started: a bare pod's replacement gets it when the source's agent no longer reports
+    #: it by then (a restarted manager, a gap in heartbeats), instead of the limit an agent
+    #: wrote into the source's spec (the fault campaign found one kept for good). None: not
+    #: known (the container has none, or a record from before this field).
+    owner_cpu_container: str = ""
+    owner_cpu_limit: float | None = None
 
     @property
     def key(self) -> str:
@@ -80,6 +87,11 @@ class Migration:
                         isinstance(v, bool) or not isinstance(v, int | float)
                         or not math.isfinite(v))):
                     data.pop(key, None)
+            if not isinstance(data.get("owner_cpu_container", ""), str):
+                data.pop("owner_cpu_container")
+            cores = data.get("owner_cpu_limit")
+            if cores is not None and not 0 < cores <= MAX_CPU_LIMIT:
+                data.pop("owner_cpu_limit")
             m = cls(**data)
         except (ValueError, TypeError, AttributeError):
             return None
@@ -88,4 +100,6 @@ class Migration:
 
 
 _FIELDS = frozenset(Migration.__dataclass_fields__)
-_NUMBERS = ("requested", "predicted_gain_s", "charged_cost_s")
+_NUMBERS = ("requested", "predicted_gain_s", "charged_cost_s", "owner_cpu_limit")
+#: The largest CPU limit a record may give a replacement (cores; a heartbeat's node bound).
+MAX_CPU_LIMIT = 100_000

@@ -17,7 +17,7 @@ from specon_manager.kube import controller_ref, labels_of, meta
 from specon_manager.migration.context import PhaseContext, log
 from specon_manager.migration.movable import is_ending, owner_of, parent_of, why_not_movable
 from specon_manager.migration.observe import would_move
-from specon_manager.migration.pod_spec import fits
+from specon_manager.migration.pod_spec import cpu_limit_of, fits
 from specon_manager.migration.record import A_MIGRATED, A_MIGRATED_AT, Migration
 from specon_manager.state import Reservation, pod_key
 
@@ -107,6 +107,7 @@ def reserve(ctx: PhaseContext, pod: dict[str, Any], reason: str = "converged",
     if ctx.observing:
         return would_move(ctx, pod, reason, source, target, predicted_gain_s, cost_s)
     ref = controller_ref(pod)
+    container, owner_cpu = owner_cpu_limit(ctx, pod)
     m = Migration(
         id=uuid.uuid4().hex[:12], namespace=ns, pod=name, pod_uid=md["uid"],
         source=source, target=target,
@@ -115,7 +116,8 @@ def reserve(ctx: PhaseContext, pod: dict[str, Any], reason: str = "converged",
         owner_uid=str(ref.get("uid", "")) if job is not None and ref else "",
         reason=reason, phase="reserved", started=now,
         deadline=now + ctx.settings.checkpoint_timeout_s,
-        predicted_gain_s=predicted_gain_s, charged_cost_s=cost_s)
+        predicted_gain_s=predicted_gain_s, charged_cost_s=cost_s,
+        owner_cpu_container=container, owner_cpu_limit=owner_cpu)
     ctx.write_source(m)
     ctx.start_times.append(now)
     ctx.migrations[m.id] = m
@@ -131,6 +133,21 @@ def reserve(ctx: PhaseContext, pod: dict[str, Any], reason: str = "converged",
     log.info("migration %s: %s/%s %s -> %s (%s)", m.id, ns, name, source, target, reason)
     ctx.hook("reserved")
     return m
+
+
+def owner_cpu_limit(ctx: PhaseContext, pod: dict[str, Any]) -> tuple[str, float | None]:
+    """The training container and the CPU limit its owner set (cores), as the source's agent
+    last reported it, else the pod's spec (which holds the owner's limit while that agent has
+    not changed it); ("", None) without a report (no container known)."""
+    md = meta(pod)
+    source = (pod.get("spec") or {}).get("nodeName") or ""
+    rep = ctx.state.job_on(source, md["namespace"], md["name"], md.get("uid", ""))
+    if rep is None:
+        return "", None
+    if rep.owner_limit_cores is not None:
+        return rep.container, rep.owner_limit_cores
+    cores = cpu_limit_of(pod.get("spec") or {}, rep.container)
+    return rep.container, cores if cores is not None and cores > 0 else None
 
 
 def fitting_nodes(ctx: PhaseContext, pod: dict[str, Any]) -> set[str] | None:
