@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from nodehelp import build_node_images
+from nodehelp import build_node_images, get, wait_for
 from nodelib import NodeError, RealCluster, missing_requirements
 from planelib import require_bin_dir
 
@@ -52,6 +52,27 @@ def cluster(node_images: dict[str, str],
         yield c
     finally:
         c.stop()
+
+
+def leftovers(cluster: RealCluster) -> list[str]:
+    """Pods still ending from an earlier test: deleted, or in a namespace being deleted."""
+    ending = {n["metadata"]["name"] for n in get(cluster, "namespaces")["items"]
+              if (n.get("status") or {}).get("phase") == "Terminating"}
+    return [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+            for p in get(cluster, "pods", "-A")["items"]
+            if p["metadata"].get("deletionTimestamp") or p["metadata"]["namespace"] in ending]
+
+
+@pytest.fixture(autouse=True)
+def earlier_tests_gone(request: pytest.FixtureRequest) -> None:
+    """A test on the shared cluster starts once the pods of the tests before it are gone (they
+    delete their namespace without waiting): an agent follows a pod to its end, so a leftover
+    would be one more job in what the next test counts (`specon whatif` did, 2026-11-27)."""
+    if "cluster" not in request.fixturenames:
+        return
+    c: RealCluster = request.getfixturevalue("cluster")
+    wait_for("the pods of earlier tests to be gone", lambda: not leftovers(c), timeout=300,
+             every=2, diagnose=lambda: ", ".join(leftovers(c)))
 
 
 @pytest.fixture
