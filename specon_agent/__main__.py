@@ -232,7 +232,8 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
         flowcon_max_interval_s=settings.flowcon_max_interval_s, poll_s=settings.poll_s,
         tail_bytes=settings.tail_bytes, restore_on_exit=settings.restore_on_exit,
         qos_interval_s=settings.qos_interval_s, qos_window_s=settings.qos_window_s,
-        qos_floor_cores=settings.qos_floor_cores, policy=settings.policy,
+        qos_floor_cores=settings.qos_floor_cores, qos_over_shares=settings.qos_over_shares,
+        policy=settings.policy,
         stall_s=settings.loop_stall_s)
     agent = Agent(config, actuator, meter, link=link, metrics=metrics, limit_events=events)
     log.info("specon-agent %s mode on node %s: policy %s, %s, actuator %s (%.3g CPUs), CPU "

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specon import rfc3339
-from specon.core.node import NodeController
+from specon.core.node import NodeController, qos_limits_over
 from specon.core.scoring import Weights
 from specon.core.threads import threads_for_limit
 from specon.wire import (
@@ -367,7 +367,8 @@ class Agent:
     def _qos_tick(self, now: float) -> None:
         """The quality step (specon_agent.qos_step); ``now``: wall clock."""
         judge_qos(self.jobs, self.control, self.meter, self.metrics, self.actuator.node_cpus,
-                  self.config.qos_floor_cores, now)
+                  self.config.qos_floor_cores, now,
+                  qos_limits_over(self.policy.share, self.config.qos_over_shares))
 
     def next_due(self) -> float:
         flow = self.control.flow_due if self.policy.flowcon else math.inf

@@ -38,6 +38,8 @@ class LoopConfig:
     qos_interval_s: float = 15.0
     qos_window_s: float = 30.0
     qos_floor_cores: float = defaults.QOS_FLOOR_CORES
+    #: Lay the QoS limits over a node share rule's too (specon.core.node.qos_limits_over).
+    qos_over_shares: bool = False
     #: The scheduling policy (specon.core.policy) whose node rules the agent runs: FlowCon or
     #: a node share rule, and whether it asks the manager to move converged jobs.
     policy: str = defaults.POLICY

@@ -1,6 +1,7 @@
 """The loop's quality step: each job with a target loss or a deadline judged from its progress
 (specon.core.urgency, through its :class:`~specon_agent.qos_tracker.JobQos`), the judgements
-handed to the node controller, whose QoS limits then override FlowCon's; a job that reached
+handed to the node controller, whose QoS limits then override FlowCon's (not a node share
+rule's, unless asked: specon.core.node.qos_limits_over); a job that reached
 its target and asked to stop there is asked to save and stop."""
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ log = logging.getLogger(__name__)
 
 
 def judge_qos(jobs: Mapping[str, FollowedJob], control: NodeController, meter: CpuMeter,
-              metrics: AgentMetrics, cpus: float, floor_cores: float, now: float) -> None:
+              metrics: AgentMetrics, cpus: float, floor_cores: float, now: float,
+              limit: bool = True) -> None:
     """Judge every job with a target or deadline (``now``: wall clock; ``floor_cores``: the
-    lowest limit a job that can spare CPU is held at); their limits override FlowCon's."""
+    lowest limit a job that can spare CPU is held at); their limits override FlowCon's, and a
+    node share rule's only when ``limit`` says so (specon.core.node.qos_limits_over)."""
     judged: dict[str, Assessment | None] = {}
     for cid, job in jobs.items():
         q = job.qos
@@ -41,8 +44,8 @@ def judge_qos(jobs: Mapping[str, FollowedJob], control: NodeController, meter: C
         if q.reached_at is not None and q.spec.stop_at_target and not q.stop_asked:
             _stop_at_target(job, metrics)
     was = control.first
-    _, changed = control.judge_qos(judged, cpus, floor_cores)
-    if changed:
+    _, changed = control.judge_qos(judged, cpus, floor_cores, limit)
+    if changed and limit:
         # The limits follow each job's need at every tick: say so at info level only when
         # the set of jobs given the node changes.
         log.log(logging.INFO if control.first != was else logging.DEBUG,

@@ -152,6 +152,11 @@ class AgentSettings(BaseSettings):
     qos_floor_cores: float = Field(
         defaults.QOS_FLOOR_CORES, gt=0, description="the lowest CPU limit (cores) of a job "
         "that yields to one that would miss its deadline")
+    qos_over_shares: bool = Field(
+        False, description="lay the QoS limits over a node share rule's (the progress "
+        "policy's) too: deadlines first, more of them met, but a job of an overloaded node may "
+        "fall four times behind its default completion (docs/qos.md); off: the share rule "
+        "decides the CPU, targets and deadlines are judged, reported and hold moves")
 
     manager_url: str | None = Field(None, description="manager base URL (cluster mode)")
     token_file: Path | None = Field(

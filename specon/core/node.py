@@ -40,6 +40,17 @@ def register_share(name: str) -> Callable[[NodeShare], NodeShare]:
     return deco
 
 
+def qos_limits_over(share_rule: str, over_shares: bool = False) -> bool:
+    """Whether the QoS limits (docs/qos.md) are laid over a policy's node limits: over
+    FlowCon's and equal shares, yes; over a node share rule's (:data:`NODE_SHARES`) only when
+    ``over_shares`` asks for it. The progress rule already serves the least work left first
+    and keeps its starvation guard; limits laid over it took a job of an overloaded node to
+    4.3 times its default completion and time to 90% to +17% (docs/qos.md, "Under the
+    shipped policy"). Without them a job's target and deadline are still judged, reported,
+    hold its moves and stop it at its target."""
+    return over_shares or share_rule not in NODE_SHARES
+
+
 @register_share("progress")
 def _progress(cpus: float, jobs: Sequence[JobLoad], weights: Weights,
               fair: float) -> dict[str, float]:
@@ -250,11 +261,15 @@ class NodeController:
 
     # -- quality targets and deadlines (docs/qos.md) --------------------------------------------
     def judge_qos(self, judged: Mapping[str, Assessment | None], cpus: float,
-                  floor_cores: float) -> tuple[dict[str, float | None], bool]:
+                  floor_cores: float, limit: bool = True) -> tuple[dict[str, float | None], bool]:
         """The node's QoS limits from each job's assessment (None: the job states no target or
         deadline): who gets the CPU first, then the strict-priority division
         (specon.core.urgency). Returns every job's limit (None: FlowCon's stands) and whether
-        the set ones (kept as :attr:`qos_limits`) changed. With no job judged nothing changes."""
+        the set ones (kept as :attr:`qos_limits`) changed. With no job judged nothing changes;
+        with ``limit`` False (:func:`qos_limits_over`) no job gets a QoS limit."""
+        if not limit:
+            self.first = frozenset()
+            return dict.fromkeys(judged), self.set_qos_limits({}, self.qos_floor)
         if not any(a is not None for a in judged.values()):
             return dict.fromkeys(judged), False
         floor = min(1.0, floor_cores / cpus)

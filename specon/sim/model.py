@@ -31,9 +31,9 @@ class SimConfig:
     slaq_quantum: float = 0.25  # cores handed out per greedy step
     qos_floor_cores: float = defaults.QOS_FLOOR_CORES  # the agent's QoS floor (agent-qos)
     #: Under a node share rule (``progress``), the agent's QoS limits for jobs with a target
-    #: or deadline override the rule's shares, as the agent composes them (NodeController.
-    #: limits). Off by default: the policies' published figures leave it out, and
-    #: benchmarks/qos_composition.py measures what it costs (docs/results.md).
+    #: or deadline override the rule's shares: the agent's ``qos_over_shares`` (the chart's
+    #: ``agent.qosOverShares``), off as shipped (specon.core.node.qos_limits_over);
+    #: benchmarks/qos_composition.py measures both (docs/results.md).
     qos_over_shares: bool = False
     #: What the progress-aware policy knows (robustness checks): relative error of each job's
     #: measured step cost, and the share of jobs that declare no total steps.

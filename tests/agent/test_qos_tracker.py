@@ -166,3 +166,35 @@ def test_agent_reports_predictions_and_stops_a_job_at_its_target(tmp_path):
     with pytest.raises(SystemExit) as exc:
         job.step_end(360, {"w": 1})
     assert exc.value.code == 0
+
+
+@pytest.mark.parametrize(("policy", "over_shares", "limited"), [
+    ("progress", False, False),  # as shipped: the progress rule decides the CPU
+    ("progress", True, True),  # the chart's agent.qosOverShares
+    ("paper", False, True),  # over FlowCon's limits
+])
+def test_qos_limits_are_laid_over_flowcon_and_over_a_share_rule_only_when_asked(
+        policy: str, over_shares: bool, limited: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The late job is judged at-risk and reported so under every policy; only where the QoS
+    limits are laid over the node's (specon.core.node.qos_limits_over) does it get the node
+    and the calm one the floor. Laid over the progress rule they took a job of an overloaded
+    node to 4.3 times its default completion (docs/qos.md)."""
+    agent = Agent(LoopConfig(node="n", qos_window_s=30, policy=policy,
+                             qos_over_shares=over_shares),
+                  CgroupActuator(node_cpus=2), CpuMeter())
+    for cid, deadline in (("late", 700.0), ("calm", 7200.0)):
+        spec = QosSpec(deadline_s=deadline, total_steps=1000)
+        agent.jobs[cid] = FollowedJob(Target(cid=cid, namespace="ns", pod=cid, qos=spec,
+                                             created=T0), None,
+                                      qos=JobQos(spec, T0, window_s=30))
+        agent.control.arrive(cid, T0, None)
+        q = agent.jobs[cid].qos
+        assert q is not None
+        feed_deadline_job(q, rate=1.0, cores=0.5, until=T0 + 100)
+    # the CPU the jobs used, as the meter reads it from their cgroups: half a core each
+    monkeypatch.setattr(agent.meter, "usage_ns", lambda cid: int(100 * 0.5 * 1e9))
+    agent._qos_tick(T0 + 100)
+    states = {r.pod: r.qos for r in agent.heartbeat(T0 + 100).jobs}
+    assert states == {"late": "at-risk", "calm": "on-track"}
+    # the late job may use the node, the calm one what the late one leaves (one core)
+    assert agent.control.qos_limits == ({"late": 1.0, "calm": 0.5} if limited else {})

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specon.core.node import qos_limits_over
 from specon.core.progress import choose_node
 from specon.core.scoring import choose_host
 from specon.core.threads import threads_for_limit
@@ -93,7 +94,7 @@ def node_rule(sim: Simulator, w: Worker, jobs: list[Job], caps: list[float]) -> 
     shares = w.ctl.divide(sim.policy.share, w.cpus, [inputs.load(sim, j, w) for j in jobs],
                           sim.cfg.weights, sim.cfg.fair_share)
     limits = [shares[j.spec.name] for j in jobs]
-    if sim.cfg.qos_over_shares:  # a node whose jobs state no goal keeps the shares
+    if qos_limits_over(sim.policy.share, sim.cfg.qos_over_shares):  # as the agent decides
         limits = inputs.agent_qos_caps(sim, w, jobs, limits)
     cores = waterfill(w.cpus, [min(c, lim) for c, lim in
                                zip(inputs.hinted_caps(sim, w, jobs), limits, strict=True)],
