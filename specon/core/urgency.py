@@ -94,7 +94,8 @@ def assess(
     if math.isinf(time_left):
         return Assessment("on-track", predicted, best_cores=best_cores)
     slack = time_left - predicted
-    need = steps_left / max(give * time_left, 1e-9) / per_core
+    # Past its deadline no number of cores is enough: none is said (it read 1e10 in logs).
+    need = steps_left / (give * time_left) / per_core if time_left > 0 else None
     state = "on-track" if level == ON_TRACK else "given-up" if level >= GIVEN_UP else "at-risk"
     laxity = max(0, min(ON_TRACK - 1, int(time_left - steps_left / max(rate_best, 1e-12))))
     return Assessment(state, predicted, slack, need, best_cores, laxity)

@@ -40,6 +40,10 @@ def test_assess_states():
     assert b.state == "at-risk" and b.slack_s == -50.0
     assert assess(500.0, 1.0, 0.5, 2.0, 100.0).state == "given-up"  # late even at 2 cores
     assert assess(50.0, 1.0, 1.0, 2.0, math.inf).slack_s is None  # a target, no deadline
+    # past its deadline: given up, and no number of cores is said to be enough (it was 5e10)
+    late = assess(50.0, 1.0, 0.5, 2.0, -3.0)
+    assert late.state == "given-up" and late.need_cores is None and late.slack_s == -53.0
+    assert assess(50.0, 1.0, 0.5, 2.0, 0.0).need_cores is None
 
 
 def test_limits_by_strict_priority_when_someone_is_at_risk():
