@@ -126,6 +126,10 @@ class JobReport(_Wire):
     total_steps: Annotated[int, Field(gt=0, le=MAX_SEQ)] | None = None
     #: The pod's creation, seconds since the epoch (agent clock); None: not known.
     created: NonNeg | None = None
+    #: Its pod is being deleted (``deletionTimestamp``): the job still runs and uses CPU, but
+    #: will not run to completion (``specon whatif`` leaves it out). False from agents older
+    #: than this field.
+    ending: bool = False
 
 
 class Heartbeat(_Wire):

@@ -41,7 +41,7 @@ from .actuators import Actuator, ActuatorError, ContainerGone, LimitChange
 from .checkpoint_requests import write_request
 from .checkpoints import CheckpointProofs, checkpoint_dirfd
 from .cpu import CpuMeter
-from .discovery import Arrived, Departed, Event, Resync, Target
+from .discovery import Arrived, Departed, Ending, Event, Resync, Target
 from .eta import StepRate
 from .events import LimitEvents
 from .followed import FollowedJob
@@ -126,12 +126,24 @@ class Agent:
             self.arrive(event.target, now)
         elif isinstance(event, Departed):
             self.depart(event.cid, now, "ended")
+        elif isinstance(event, Ending):
+            self.ending(event.cid)
         elif isinstance(event, Resync):
             wanted = {t.cid: t for t in event.targets}
             for cid in list(self.jobs.keys() - wanted.keys()):
                 self.depart(cid, now, "gone (resync)")
             for cid in wanted.keys() - self.jobs.keys():
                 self.arrive(wanted[cid], now)
+            for cid, t in wanted.items():
+                if t.ending:
+                    self.ending(cid)
+
+    def ending(self, cid: str) -> None:
+        """The job's pod is being deleted: still followed, reported as ending."""
+        job = self.jobs.get(cid)
+        if job is not None and not job.ending:
+            job.ending = True
+            log.info("%s: its pod is being deleted; followed until it ends", job.target.name)
 
     def _source(self, t: Target) -> ProgressSource | None:
         # One source per job: the SDK writes every record to its file and to stdout alike.
@@ -152,7 +164,7 @@ class Agent:
         source = self._source(target)
         count_refusals(target.name, target.file_refusals, self.metrics.confinement_refusals)
         self.actuator.register(target.cid, target.namespace, target.pod, target.container)
-        self.jobs[target.cid] = job = FollowedJob(target, source, arrived=now,
+        self.jobs[target.cid] = job = FollowedJob(target, source, arrived=now, ending=target.ending,
                                                   cpu0=self.meter.usage_ns(target.cid),
                                                   rate=StepRate(self.config.qos_window_s))
         if target.qos_error is not None:

@@ -64,6 +64,9 @@ class Target:
     qos_error: str | None = None  # why the stated one was refused (the agent logs it once)
     created: float | None = None  # the pod's (container's) creation, seconds since the epoch
     total_steps: int | None = None  # the steps it declares it runs in all (specon.io/total-steps)
+    #: Its pod is being deleted (``deletionTimestamp``): followed to its end (its limit is put
+    #: back, its last checkpoint verified), but no longer a job that will run to completion.
+    ending: bool = False
 
     @property
     def name(self) -> str:
@@ -81,13 +84,20 @@ class Departed:
 
 
 @dataclass(frozen=True)
+class Ending:
+    """A followed container's pod is being deleted (it is followed until it departs)."""
+
+    cid: str
+
+
+@dataclass(frozen=True)
 class Resync:
     """The complete set of training containers now on the node."""
 
     targets: tuple[Target, ...]
 
 
-Event = Arrived | Departed | Resync
+Event = Arrived | Departed | Ending | Resync
 
 
 class _Watcher:
@@ -283,6 +293,7 @@ def pod_targets(
             migratable=labels.get(names.LABEL_MIGRATABLE) == "true",
             loss_regex=ann.get(ANNOTATION_REGEX) or None,
             qos=qos, qos_error=problem, created=created, total_steps=total_steps(ann),
+            ending=meta.get("deletionTimestamp") is not None,
         ))
     return out
 
@@ -351,3 +362,6 @@ class KubeDiscovery(_Watcher):
                 out.put(Departed(cid))
             for cid in after.keys() - before.keys():
                 out.put(Arrived(after[cid]))
+            for cid in after.keys() & before.keys():
+                if after[cid].ending and not before[cid].ending:
+                    out.put(Ending(cid))

@@ -56,6 +56,7 @@ class FollowedJob:
     proof: Proof = field(default_factory=Proof)  # its checkpoint folder as last read
     qos: JobQos | None = None  # its target / deadline, when the pod states one
     threads_hint: int | None = None  # the thread count last written into its threads.json
+    ending: bool = False  # its pod is being deleted (discovery's Ending)
     rate: StepRate = field(default_factory=StepRate)  # its recent steps, for its ETA (eta.py)
 
     def count_equal_share(self, now: float, equal: float, cpus: float) -> None:

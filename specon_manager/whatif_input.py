@@ -70,8 +70,11 @@ def whatif_input(state: ClusterState, losses: LossHistory | None,
     the agent's: ``work_done_s`` CPU-seconds for ``step`` steps, ``work_s`` left.
 
     One entry per namespace/pod (specon.wire.latest_reports): during a move the source's last
-    heartbeat and the target's can both report the job (same UID or its replacement's)."""
+    heartbeat and the target's can both report the job (same UID or its replacement's). A job
+    whose pod is being deleted (``ending``) is left out, unless a migration moves it: it will
+    not run to its end."""
     nodes, jobs = [], []
+    moving = {r.pod for r in state.reservations()}  # a moved job's source ends, the job goes on
     for node in state.nodes():
         hb = state.heartbeat(node)
         if hb is None:
@@ -80,6 +83,8 @@ def whatif_input(state: ClusterState, losses: LossHistory | None,
         nodes.append({"name": node, "cpus": hb.capacity_cpus, "load_cores": hb.load_cores,
                       "fresh": fresh, "reported": hb.time})
         for j in hb.jobs:
+            if j.ending and pod_key(j.namespace, j.pod) not in moving:
+                continue  # its pod is being deleted: no job to simulate to its end
             jobs.append({
                 "namespace": j.namespace, "pod": j.pod, "uid": j.uid, "node": node,
                 "fresh": fresh, "category": j.category.value, "step": j.step,

@@ -7,6 +7,7 @@ a kubelet would report); everything else is the real API server's list and watch
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import secrets
 import time
@@ -17,9 +18,18 @@ import pytest
 from kubernetes import client
 from planelib import Plane
 
-from specon_agent.discovery import Arrived, Departed, Event, KubeDiscovery, Resync, pod_targets
+from specon_agent.discovery import (
+    Arrived,
+    Departed,
+    Ending,
+    Event,
+    KubeDiscovery,
+    Resync,
+    pod_targets,
+)
 
 pytestmark = pytest.mark.plane
+HOLD = "example.invalid/hold"  # a finalizer nothing removes but the test
 
 
 def pod(name: str, node: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -76,7 +86,12 @@ def test_pods_of_this_node_arrive_and_depart_through_the_watch(
             ns, "job", "train", uid)
         assert ev.target.log_path == tmp_path / f"{ns}_job_{uid}" / "train" / "0.log"
         assert ev.target.log_kind == "cri"
+        # Deleted with a finalizer holding it: first it is ending (still followed), then gone.
+        core.patch_namespaced_pod("job", ns, {"metadata": {"finalizers": [HOLD]}})
         core.delete_namespaced_pod("job", ns, grace_period_seconds=0)
+        assert next_event(q) == Ending(cid)
+        with contextlib.suppress(client.ApiException):  # KWOK may have let it go already
+            core.patch_namespaced_pod("job", ns, {"metadata": {"finalizers": None}})
         ev = next_event(q)
         assert ev == Departed(cid)
         time.sleep(2)

@@ -10,7 +10,7 @@ from typing import Any
 from managerlib import Clock, heartbeat, job
 
 from specon.wire import Heartbeat
-from specon_manager.state import ClusterState
+from specon_manager.state import ClusterState, Reservation
 from specon_manager.whatif_input import LossHistory, whatif_input
 
 
@@ -66,3 +66,20 @@ def test_a_job_two_nodes_report_during_a_move_comes_out_once_as_the_newer_report
     assert [j["node"] for j in whatif_input(state, None)["jobs"]] == ["node-2"]
     report("node-1", t, "uid", 120)  # both fresh
     assert [j["node"] for j in whatif_input(state, None)["jobs"]] == ["node-1"]
+
+
+def test_a_job_whose_pod_is_being_deleted_is_left_out_unless_it_is_being_moved() -> None:
+    """An agent follows a pod being deleted to its end and reports it as ``ending``: it will
+    not run to completion, so whatif leaves it out (the observe test on real nodes counted an
+    earlier test's ending pod as a fifth job); a moved job's evicted source stays, its
+    replacement not yet reporting."""
+    clock = Clock()
+    state = ClusterState(stale_after_s=30, clock=clock)
+    state.record(Heartbeat.model_validate(heartbeat("node-1", [
+        job("kept", "PC", namespace="ml", uid="u1"),
+        job("deleted", "PC", namespace="ml", uid="u2", ending=True),
+        job("moving", "PC", namespace="ml", uid="u3", ending=True)], time=clock.now)))
+    state.reserve(Reservation("migration/m1", "m1", "node-2", "node-1", pod="ml/moving"))
+    assert [j["pod"] for j in whatif_input(state, None)["jobs"]] == ["kept", "moving"]
+    state.release("migration/m1")
+    assert [j["pod"] for j in whatif_input(state, None)["jobs"]] == ["kept"]
