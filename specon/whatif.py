@@ -10,16 +10,21 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specon.core.predict import fit_curve
+from specon.sim.model import SimConfig
 from specon.wire import WHATIF_INPUT_FORMAT, latest_reports
 from specon.workload.models import Workload
 
 FORMAT = WHATIF_INPUT_FORMAT
 #: Points of the loss curve given to each job's profile (evenly spaced over the work left).
 LOSS_POINTS = 50
-#: What a checkpoint and a restore are assumed to cost. The manager measures each job's move
-#: cost (``specon.io/move-cost-s`` on its owner), but ``/status/whatif-input`` does not carry
-#: it: the owners are not kept in the manager's memory.
+#: What a checkpoint and a restore are assumed to cost when the manager does not say what it
+#: charges a move (``move_cost_s``: a manager older than that field). The manager measures
+#: each job's own move cost (``specon.io/move-cost-s`` on its owner), but its reply carries
+#: only the default: the owners are not kept in the manager's memory.
 CHECKPOINT_S = 1.0
+#: The part of a move that is neither checkpoint nor restore: the simulator's pod deletion,
+#: re-creation and container start (SimConfig.restart_s).
+RESTART_S = SimConfig().restart_s
 #: Without a fitted curve the loss is assumed to fall as step^-DECAY from its current value.
 DECAY = 0.5
 MAX_JOBS = 20_000
@@ -67,6 +72,8 @@ class WhatifInput(_In):
     time: NonNeg
     nodes: Annotated[list[NodeIn], Field(max_length=100_000)]
     jobs: Annotated[list[JobIn], Field(max_length=MAX_JOBS)]
+    #: What the manager's planner charges a move (seconds); None: an older manager.
+    move_cost_s: Annotated[float, Field(ge=0, le=86_400, allow_inf_nan=False)] | None = None
 
 
 def parse(data: Any) -> WhatifInput:
@@ -105,6 +112,7 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
     profiles: dict[str, Any] = {}
     jobs: list[dict[str, Any]] = []
     cpus = {n.name: n.cpus for n in inp.nodes}
+    each = checkpoint_seconds(inp)
     reported = latest_reports(inp.jobs)  # an older manager sent a moving job twice
     for j in reported:
         step = j.step or 0
@@ -128,7 +136,7 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
         name = f"{j.namespace}/{j.pod}"
         profiles[name] = {"name": name, "iterations": left, "loss": loss,
                           "cpu_seconds_per_iteration": per_step, "speedup": speedup,
-                          "checkpoint_seconds": CHECKPOINT_S, "restore_seconds": CHECKPOINT_S,
+                          "checkpoint_seconds": each, "restore_seconds": each,
                           "checkpoint_bytes": 0}
         deadline = None if j.deadline is None else j.deadline - j.reported
         jobs.append({"name": name, "profile": name, "submit_s": 0.0,
@@ -148,13 +156,24 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
     return wl, counts
 
 
-def notes(counts: dict[str, int]) -> list[str]:
+def checkpoint_seconds(inp: WhatifInput) -> float:
+    """A checkpoint's and a restore's seconds each: a move stops a job as long as the manager
+    charges it (``move_cost_s``, with the simulator's restart), else CHECKPOINT_S."""
+    if inp.move_cost_s is None:
+        return CHECKPOINT_S
+    return max(0.0, inp.move_cost_s - RESTART_S) / 2
+
+
+def notes(counts: dict[str, int], inp: WhatifInput | None = None) -> list[str]:
     """The assumptions behind the numbers, one line each."""
+    each = CHECKPOINT_S if inp is None else checkpoint_seconds(inp)
+    told = "" if inp is None or inp.move_cost_s is None else (
+        f", a move {inp.move_cost_s:g} s in all as the manager charges it")
     out = ["all jobs start now with their work left; each policy places them afresh (the "
            "simulator does not keep today's placement); nodes at speed 1 (a job's measured "
            "step cost already includes its node's speed)",
            f"speed-up linear up to the cores a job showed it can use; checkpoint and restore "
-           f"{CHECKPOINT_S:g} s each"]
+           f"{each:g} s each{told}"]
     if counts["estimated"]:
         out.append(f"{counts['estimated']} job(s) declare no total steps "
                    "(specon.io/total-steps): assumed to run as many steps again as done")

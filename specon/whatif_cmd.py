@@ -120,7 +120,8 @@ def whatif(
         raise UsageError("--namespace and --service must not be empty")
     data = fetch(manager_url, kubeconfig, context, namespace, service, cacert)
     try:
-        wl, counts = to_workload(parse(data))
+        inp = parse(data)
+        wl, counts = to_workload(inp)
     except BadReply as exc:
         raise UsageError(f"the manager's reply: {exc}") from None
     pols = ["default", SHIPPED]
@@ -131,7 +132,7 @@ def whatif(
                         tick=lambda p, s: prog.advance(task),
                         job_done=prog.jobs if isinstance(prog, LineProgress) else None)
     s = summary(mx)
-    said = notes(counts)
+    said = notes(counts, inp)
     if as_json:
         print(json.dumps({"format": "specon-whatif/v1", "jobs": len(wl.jobs),
                           "seeds": seed_list, "shipped": SHIPPED, **s, "notes": said},

@@ -64,10 +64,12 @@ class LossHistory:
 
 
 def whatif_input(state: ClusterState, losses: LossHistory | None,
-                 now: float | None = None) -> dict[str, Any]:
+                 now: float | None = None, move_cost_s: float | None = None) -> dict[str, Any]:
     """Nodes (name, CPUs, load, fresh) and every reported job as of its node's last heartbeat
     (``reported``: agent clock); ``time`` is the manager's now. Steps, step cost and totals are
     the agent's: ``work_done_s`` CPU-seconds for ``step`` steps, ``work_s`` left.
+    ``move_cost_s``: what the planner charges a move until the job's own is measured (the
+    manager's ``migration_cost_s``), so that whatif stops a moved job as long.
 
     One entry per namespace/pod (specon.wire.latest_reports): during a move the source's last
     heartbeat and the target's can both report the job (same UID or its replacement's). A job
@@ -98,12 +100,16 @@ def whatif_input(state: ClusterState, losses: LossHistory | None,
             })
     jobs = latest_reports(jobs, operator.getitem)
     jobs.sort(key=lambda j: (j["namespace"], j["pod"]))
-    return {"format": FORMAT, "time": time.time() if now is None else now, "nodes": nodes,
-            "jobs": jobs}
+    out = {"format": FORMAT, "time": time.time() if now is None else now, "nodes": nodes,
+           "jobs": jobs}
+    if move_cost_s is not None:
+        out["move_cost_s"] = move_cost_s
+    return out
 
 
 @router.get("/status/whatif-input", tags=["operations"])
 def status_whatif_input(request: Request) -> JSONResponse:
     """What ``specon whatif`` simulates: nodes, jobs with their progress and recent losses."""
     return JSONResponse(whatif_input(request.app.state.cluster,
-                                     request.app.state.handlers.losses))
+                                     request.app.state.handlers.losses,
+                                     move_cost_s=request.app.state.settings.migration_cost_s))

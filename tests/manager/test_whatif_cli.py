@@ -26,6 +26,8 @@ from specon_manager.auth import NodeTokens
 from specon_manager.settings import ManagerSettings
 
 REPO = Path(__file__).resolve().parents[2]
+#: What the manager's planner charges a move until the job's own is measured, as shipped.
+MOVE_COST_S = ManagerSettings.model_fields["migration_cost_s"].default
 
 
 def specon(*args: str) -> subprocess.CompletedProcess[str]:
@@ -74,6 +76,7 @@ def test_the_manager_serves_each_jobs_progress_and_recent_losses(manager: str) -
     assert j0["limit_cores"] == 2.0 and j0["cpu_cores"] == 1.0
     assert [s for s, _ in j0["losses"]] == [40 * r for r in range(1, 9)]  # one per heartbeat
     assert by["train-1"]["total_steps"] is None
+    assert got["move_cost_s"] == MOVE_COST_S  # what the planner charges a move
 
 
 def test_whatif_prints_the_predicted_gain_of_the_shipped_policy(manager: str) -> None:
@@ -90,6 +93,7 @@ def test_whatif_prints_the_predicted_gain_of_the_shipped_policy(manager: str) ->
         100 * (1 - mine["avg_completion_s"] / base["avg_completion_s"]), abs=0.05)
     said = "\n".join(out["notes"])
     assert "3 job(s) declare no total steps" in said
+    assert f"a move {MOVE_COST_S:g} s in all" in said
     table = specon("whatif", "--manager-url", manager, "--seeds", "2")
     assert table.returncode == 0, table.stderr
     assert "predicted gain" in table.stdout and "6 live job(s)" in table.stdout

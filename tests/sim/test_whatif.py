@@ -76,6 +76,8 @@ def test_the_work_left_of_each_measured_job_becomes_a_profile_submitted_now() ->
     ({"jobs": [_job("a", step=3, losses=[[1, "x"]])]}, "jobs.0.losses.0.1"),
     ({"jobs": "all"}, "jobs"),
     ({"format": "specon-whatif-input/v9"}, "format"),
+    ({"move_cost_s": -1}, "move_cost_s"),
+    ({"move_cost_s": "inf"}, "move_cost_s"),
 ])
 def test_a_malformed_reply_names_the_field(change: dict[str, Any], field: str) -> None:
     with pytest.raises(BadReply, match=f"^{field.replace('.', '[.]')}: "):
@@ -109,3 +111,21 @@ def test_a_job_an_older_manager_sent_twice_is_simulated_once_from_its_later_repo
     wl, _ = to_workload(parse(_reply({**target, "node": "n2", "step": 80},
                                      {**target, "node": "n1", "step": 70})))
     assert wl.profiles["ml/moved"].iterations == 930
+
+
+@pytest.mark.parametrize(("cost", "each"), [(None, 1.0), (120.0, 58.5), (2.0, 0.0)])
+def test_a_move_stops_a_job_as_long_as_the_manager_charges_it(
+        cost: float | None, each: float) -> None:
+    """The manager's planner charges a move ``migration_cost_s`` (120 s as shipped) until the
+    job's own is measured; whatif's moves stop a job that long (checkpoint + restore + the
+    simulator's 3 s restart), not 1 s each as before (a manager older than the field)."""
+    reply = _reply(_job("a", step=100, work_done_s=50.0, total_steps=400))
+    if cost is not None:
+        reply["move_cost_s"] = cost
+    inp = parse(reply)
+    wl, counts = to_workload(inp)
+    prof = wl.profiles["ml/a"]
+    assert (prof.checkpoint_seconds, prof.restore_seconds) == (each, each)
+    said = "\n".join(notes(counts, inp))
+    assert f"checkpoint and restore {each:g} s each" in said
+    assert ("as the manager charges it" in said) == (cost is not None)
