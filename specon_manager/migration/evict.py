@@ -59,8 +59,9 @@ def evict(ctx: PhaseContext, m: Migration, now: float) -> Migration | None:
         placing = replace(placing, replacement=ctx.replacement_name(m))
         create_replacement(ctx, placing, marker, now)
     ctx.hook("evicting-recorded")
+    resent = m.id in ctx.evictions_sent  # sent in an earlier pass, its answer lost
     ctx.evictions_sent.add(m.id)
-    evicted = request_eviction(ctx, m, placing)
+    evicted = request_eviction(ctx, m, placing, resent)
     ctx.evictions_sent.discard(m.id)
     if not evicted:
         return None
@@ -69,9 +70,12 @@ def evict(ctx: PhaseContext, m: Migration, now: float) -> Migration | None:
     return placing
 
 
-def request_eviction(ctx: PhaseContext, m: Migration, placing: Migration) -> bool:
+def request_eviction(ctx: PhaseContext, m: Migration, placing: Migration,
+                     resent: bool = False) -> bool:
     """Evict the source pod (its record in phase placing is already written); False when
-    the eviction is refused, and the migration then rolled back."""
+    the eviction is refused, and the migration then rolled back, or when the source was
+    deleted by someone else first (``resent``: this run sent it before, and a source gone now
+    is its own eviction's doing)."""
     try:
         ctx.kube.create(pod_path(m.namespace, m.pod) + "/eviction", {
             "apiVersion": "policy/v1", "kind": "Eviction",
@@ -86,6 +90,12 @@ def request_eviction(ctx: PhaseContext, m: Migration, placing: Migration) -> boo
             return False
         if exc.status not in (404, 409):
             raise
+        if not resent:
+            # Gone between the look before and this eviction, by someone else's delete (the
+            # fault campaign's user deleted j0013 there, and its replacement ran): what
+            # Kubernetes would do without SpeCon stands, as after a restart (evict()).
+            cancel_deleted(ctx, placing, "the source pod was deleted before its eviction")
+            return False
     ctx.state.withdraw_checkpoint(m.source, m.namespace, m.pod)
     ctx.event(ctx.pod_ref(m), "MigrationEvicted",
               f"migration {m.id}: evicted after a verified checkpoint; the replacement "

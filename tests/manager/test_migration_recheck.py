@@ -153,3 +153,51 @@ def test_a_source_going_after_an_eviction_whose_answer_was_lost_is_not_taken_for
     assert [x.phase for x in ctl.in_flight()] == ["placing"]
     assert ("delete", pod_path(NS, "p-mabcdef")) not in kube.writes  # the replacement kept
     assert not [e for e in kube.events if e.startswith("MigrationCancelled")]
+
+
+class GoneFirst(Kube):
+    """The source is deleted by someone else between the phase's look and its eviction (the
+    eviction answers 404): ``lost`` makes the first eviction go through, its answer lost."""
+
+    def __init__(self, *objs: tuple[str, dict[str, Any]], lost: bool = False) -> None:
+        super().__init__(*objs)
+        self.lost = lost
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path.endswith("/pods"):
+            self.objs[f"{path}/{body['metadata']['name']}"] = body
+        if not path.endswith("/eviction"):
+            return super().create(path, body)
+        self.objs.pop(pod_path(NS, "p"), None)
+        if self.lost:
+            self.lost = False
+            raise OSError("timed out")
+        raise KubeError(404, "NotFound", path)
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_source_deleted_by_someone_else_just_before_its_eviction_ends_the_move(
+        lost: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """A 404 to the first eviction means another hand deleted the source after the phase
+    looked: the move ends as a user's delete and the gated replacement, never run, is deleted
+    (the fault campaign saw j0013 come back). A 404 after an eviction whose answer was lost
+    is this manager's own doing: the move goes on."""
+    kube = GoneFirst((pod_path(NS, "p"), source_pod()), ("/api/v1/nodes/w2",
+                                                          node("w2", pool="a")), lost=lost)
+    ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
+                              ManagerSettings(kubernetes=False), ManagerMetrics(),
+                              clock=lambda: 1000.0)
+    m = evicting()
+    ctl.migrations[m.id] = m
+    caplog.set_level("INFO")
+    ctl.reconcile()
+    if lost:
+        assert [x.phase for x in ctl.in_flight()] == ["evicting"]
+        kube.objs[pod_path(NS, "p")] = source_pod()  # still there when looked at again
+        ctl.reconcile()
+        assert [x.phase for x in ctl.in_flight()] == ["placing"]
+        assert ("delete", pod_path(NS, "p-mabcdef")) not in kube.writes
+    else:
+        assert ctl.in_flight() == []
+        assert ("delete", pod_path(NS, "p-mabcdef")) in kube.writes, kube.writes
+        assert "cancelled: the source pod was deleted before its eviction" in caplog.text
