@@ -61,7 +61,7 @@ def evict(ctx: PhaseContext, m: Migration, now: float) -> Migration | None:
     ctx.hook("evicting-recorded")
     resent = m.id in ctx.evictions_sent  # sent in an earlier pass, its answer lost
     ctx.evictions_sent.add(m.id)
-    evicted = request_eviction(ctx, m, placing, resent)
+    evicted = request_eviction(ctx, m, placing, ours_if_gone=resent)
     ctx.evictions_sent.discard(m.id)
     if not evicted:
         return None
@@ -70,12 +70,13 @@ def evict(ctx: PhaseContext, m: Migration, now: float) -> Migration | None:
     return placing
 
 
-def request_eviction(ctx: PhaseContext, m: Migration, placing: Migration,
-                     resent: bool = False) -> bool:
+def request_eviction(ctx: PhaseContext, m: Migration, placing: Migration, *,
+                     ours_if_gone: bool) -> bool:
     """Evict the source pod (its record in phase placing is already written); False when
-    the eviction is refused, and the migration then rolled back, or when the source was
-    deleted by someone else first (``resent``: this run sent it before, and a source gone now
-    is its own eviction's doing)."""
+    the eviction is refused, and the migration then rolled back, or, unless
+    ``ours_if_gone``, when the source was deleted by someone else first (the eviction answers
+    404 or 409). ``ours_if_gone``: a source gone by now is taken for this migration's doing
+    (its eviction sent before, the answer lost; or phase placing, which goes on without it)."""
     try:
         ctx.kube.create(pod_path(m.namespace, m.pod) + "/eviction", {
             "apiVersion": "policy/v1", "kind": "Eviction",
@@ -90,7 +91,7 @@ def request_eviction(ctx: PhaseContext, m: Migration, placing: Migration,
             return False
         if exc.status not in (404, 409):
             raise
-        if not resent:
+        if not ours_if_gone:
             # Gone between the look before and this eviction, by someone else's delete (the
             # fault campaign's user deleted j0013 there, and its replacement ran): what
             # Kubernetes would do without SpeCon stands, as after a restart (evict()).

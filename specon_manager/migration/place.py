@@ -53,7 +53,8 @@ def place(ctx: PhaseContext, m: Migration, now: float) -> None:
             if unfit is not None:
                 roll_back(ctx, m, unfit)
                 return
-            request_eviction(ctx, m, m)
+            # A source gone meanwhile is placing's to go on without, as below.
+            request_eviction(ctx, m, m, ours_if_gone=True)
         else:
             source_stuck(ctx, m, src, now)
         return

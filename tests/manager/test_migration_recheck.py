@@ -5,6 +5,7 @@ API server."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -201,3 +202,20 @@ def test_a_source_deleted_by_someone_else_just_before_its_eviction_ends_the_move
         assert ctl.in_flight() == []
         assert ("delete", pod_path(NS, "p-mabcdef")) in kube.writes, kube.writes
         assert "cancelled: the source pod was deleted before its eviction" in caplog.text
+
+
+def test_in_phase_placing_a_source_gone_before_the_eviction_a_restart_sends_is_no_delete(
+        ) -> None:
+    """A manager stopped between the placing record and its eviction sends it on restart; a
+    404 there leaves the move going on, as placing does whenever it finds the source gone
+    (a bare pod's user delete is then its replacement's deletion)."""
+    kube = GoneFirst((pod_path(NS, "p"), source_pod()), ("/api/v1/nodes/w2",
+                                                          node("w2", pool="a")))
+    ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
+                              ManagerSettings(kubernetes=False), ManagerMetrics(),
+                              clock=lambda: 1000.0)
+    m = replace(evicting(), phase="placing", replacement="p-mabcdef")
+    ctl.migrations[m.id] = m
+    ctl.reconcile()
+    assert [x.phase for x in ctl.in_flight()] == ["placing"]
+    assert ("delete", pod_path(NS, "p-mabcdef")) not in kube.writes
