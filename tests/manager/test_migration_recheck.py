@@ -63,6 +63,13 @@ class Kube:
         return body
 
 
+def controller(kube: Kube, metrics: ManagerMetrics | None = None) -> MigrationController:
+    """A migration controller on ``kube``, its clock at 1000 s."""
+    return MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
+                               ManagerSettings(kubernetes=False), metrics or ManagerMetrics(),
+                               clock=lambda: 1000.0)
+
+
 def evicting(deadline: float = 1e12) -> Migration:
     return Migration(id="abcdef123456", namespace=NS, pod="p", pod_uid="u-p", source="w1",
                      target="w2", kind="pod", owner="", owner_uid="", reason="converged",
@@ -74,9 +81,7 @@ def run(target: dict[str, Any] | None, m: Migration) -> tuple[MigrationControlle
     if target is not None:
         objs.append(("/api/v1/nodes/w2", target))
     kube = Kube(*objs)
-    ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
-                              ManagerSettings(kubernetes=False), ManagerMetrics(),
-                              clock=lambda: 1000.0)
+    ctl = controller(kube)
     ctl.migrations[m.id] = m
     step(ctl, m)
     return ctl, kube
@@ -119,8 +124,7 @@ def test_a_replacement_its_user_deleted_ends_the_migration_cancelled_and_is_not_
                   phase="placing", started=0.0, deadline=1e12, replacement="p-mabcdef")
     kube = Kube(("/api/v1/nodes/w2", node("w2", pool="a")))  # the source is gone already
     metrics = ManagerMetrics()
-    ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
-                              ManagerSettings(kubernetes=False), metrics, clock=lambda: 1000.0)
+    ctl = controller(kube, metrics)
     ctl.migrations[m.id] = m
     step(ctl, m)
     assert ctl.in_flight() == [] and ctl.busy_nodes() == set()
@@ -143,9 +147,7 @@ def test_a_source_going_after_an_eviction_whose_answer_was_lost_is_not_taken_for
             return super().create(path, body)
 
     kube = Lossy((pod_path(NS, "p"), source_pod()), ("/api/v1/nodes/w2", node("w2", pool="a")))
-    ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
-                              ManagerSettings(kubernetes=False), ManagerMetrics(),
-                              clock=lambda: 1000.0)
+    ctl = controller(kube)
     m = evicting()
     ctl.migrations[m.id] = m
     ctl.reconcile()  # the eviction's answer is lost: retried
@@ -185,9 +187,7 @@ def test_a_source_deleted_by_someone_else_just_before_its_eviction_ends_the_move
     is this manager's own doing: the move goes on."""
     kube = GoneFirst((pod_path(NS, "p"), source_pod()), ("/api/v1/nodes/w2",
                                                           node("w2", pool="a")), lost=lost)
-    ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
-                              ManagerSettings(kubernetes=False), ManagerMetrics(),
-                              clock=lambda: 1000.0)
+    ctl = controller(kube)
     m = evicting()
     ctl.migrations[m.id] = m
     caplog.set_level("INFO")
@@ -211,9 +211,7 @@ def test_in_phase_placing_a_source_gone_before_the_eviction_a_restart_sends_is_n
     (a bare pod's user delete is then its replacement's deletion)."""
     kube = GoneFirst((pod_path(NS, "p"), source_pod()), ("/api/v1/nodes/w2",
                                                           node("w2", pool="a")))
-    ctl = MigrationController(kube, ClusterState(stale_after_s=30),  # type: ignore[arg-type]
-                              ManagerSettings(kubernetes=False), ManagerMetrics(),
-                              clock=lambda: 1000.0)
+    ctl = controller(kube)
     m = replace(evicting(), phase="placing", replacement="p-mabcdef")
     ctl.migrations[m.id] = m
     ctl.reconcile()
