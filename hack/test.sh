@@ -100,8 +100,29 @@ run_pytest -m "$PURE" "${parallel[@]}" --durations=20
 rc_pure=$?
 set -e
 
-# The middle pass: the tests on PyTorch and Chromium alone, which need no Go build. On a cold
-# machine they run while the (niced) builds go on; on a warm one everything is ready by now.
+# A pytest in the background, beside the next steps: its own temporary folder (pytest prunes
+# the numbered ones of other sessions) and no cache; its output is printed when it is waited for.
+start_background_pytest() {  # NAME ARGS...: sets bg_pid, bg_log
+  local name=$1
+  shift
+  bg_log=$(mktemp "${TMPDIR:-/tmp}/specon-$name.XXXXXX")
+  local tmp
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/specon-$name-tmp.XXXXXX")
+  CLEANUP+=("rm -rf '$bg_log' '$tmp'")
+  run_pytest "$@" -p no:cacheprovider --basetemp "$tmp" >"$bg_log" 2>&1 &
+  bg_pid=$!
+  CLEANUP+=("kill $bg_pid 2>/dev/null")
+}
+wait_background_pytest() {  # PID LOG: prints the log, returns pytest's exit
+  local rc=0
+  wait "$1" || rc=$?
+  cat "$2"
+  return "$rc"
+}
+
+# The middle pass: the tests on PyTorch and Chromium, which need no Go build and compare no CPU
+# shares, in the background from the moment their parts are in place: on a cold machine while
+# the (niced) builds go on, on a warm one beside the first step of the second pass.
 MIDDLE='(torch or chromium) and not plane and not docker and not nodes'
 log "prepare: waiting for the packages and the frameworks' environments"
 while [ ! -e "$SPECON_PREPARE_READY" ] && kill -0 "$prepare_pid" 2>/dev/null; do sleep 5; done
@@ -111,10 +132,12 @@ for piece in hack/test.d/30-torch.sh hack/test.d/35-frameworks.sh hack/test.d/50
   # shellcheck disable=SC1090
   source "$piece" || rc_middle=1
 done
-log "pytest, middle pass: the tests on PyTorch and Chromium alone ($MIDDLE)"
-set +e
-[ "$rc_middle" = 0 ] && { run_pytest -m "$MIDDLE" --durations=10; rc_middle=$?; }
-set -e
+middle_pid=
+if [ "$rc_middle" = 0 ]; then
+  start_background_pytest middle -m "$MIDDLE" --durations=10
+  middle_pid=$bg_pid middle_log=$bg_log
+  log "pytest, middle pass: the tests on PyTorch and Chromium ($MIDDLE), in the background (log $middle_log)"
+fi
 
 log "prepare: waiting for the background set-up"
 set +e
@@ -129,25 +152,26 @@ setup_pieces
 
 # The second pass, the tests on real parts, in two steps. First the fault campaign (its own
 # plane and its own Docker Engine; its jobs are busybox loops that sleep) runs in the
-# background beside the tests on the shared KWOK plane (API calls and waits): neither keeps a
-# core busy, and neither compares CPU shares. Then the tests on Docker Engine and on real
-# nodes, which run training jobs and measure their CPU, alone.
+# background beside the tests on the KWOK plane (API calls and waits; on the first pass's
+# processes, a test file per process, each process with a plane of its own), and beside the
+# middle pass if it still runs: none of them compares CPU shares. Then, once all of them are
+# done, the tests on Docker Engine and on real nodes, which run training jobs and measure
+# their CPU, alone.
 SECOND="not ($PURE) and not ($MIDDLE)"
-CAMPAIGN_LOG=$(mktemp "${TMPDIR:-/tmp}/specon-campaign.XXXXXX")
-CAMPAIGN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/specon-campaign-tmp.XXXXXX")
-CLEANUP+=("rm -rf '$CAMPAIGN_LOG' '$CAMPAIGN_TMP'")
-log "pytest, second pass (1/2): the fault campaign in the background (log $CAMPAIGN_LOG) beside the tests on the KWOK plane"
+start_background_pytest campaign tests/campaign -m "$SECOND" --durations=5
+campaign_pid=$bg_pid campaign_log=$bg_log
+log "pytest, second pass (1/2): the fault campaign in the background (log $campaign_log) beside the tests on the KWOK plane ($workers process(es), each with a plane of its own)"
 set +e
-run_pytest tests/campaign -m "$SECOND" -p no:cacheprovider --basetemp "$CAMPAIGN_TMP" \
-  --durations=5 >"$CAMPAIGN_LOG" 2>&1 &
-campaign_pid=$!
-CLEANUP+=("kill $campaign_pid 2>/dev/null")
-run_pytest -m "$SECOND and not docker and not nodes" --durations=15
+run_pytest -m "$SECOND and not docker and not nodes" "${parallel[@]}" --durations=15
 rc_kwok=$?
 log "pytest, second pass: waiting for the fault campaign"
-wait "$campaign_pid"
+wait_background_pytest "$campaign_pid" "$campaign_log"
 rc_campaign=$?
-cat "$CAMPAIGN_LOG"
+if [ -n "$middle_pid" ]; then
+  log "pytest: waiting for the middle pass"
+  wait_background_pytest "$middle_pid" "$middle_log"
+  rc_middle=$?
+fi
 log "pytest, second pass (2/2): the tests on Docker Engine and on real nodes"
 run_pytest -m "$SECOND and (docker or nodes)" --ignore=tests/campaign --durations=20
 rc_real=$?
