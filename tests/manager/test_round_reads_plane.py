@@ -217,6 +217,13 @@ def manager(config: Path, policy: str, reports: dict[str, dict[str, Any]],
                 work_s=600.0, checkpointable=True)], cpus=4)))
     service.start()
     wait_for("the first pass", lambda: service.last_pass is not None, 60)
+    # The plane is shared: a manager restores, cluster-wide, the migrations that earlier tests'
+    # pods still show in flight (until their namespaces are gone), and runs no round while one
+    # is (a cold run's paper manager measured 0 requests a round so, 2026-11-27).
+    assert service.controller is not None
+    controller = service.controller
+    wait_for("no migration in flight (restored from earlier tests' pods)",
+             lambda: not controller.in_flight(), 120)
     for cache in service.caches:
         assert cache.wait_current(30), f"watch cache {cache.name} not current"
     return service, kube
