@@ -167,6 +167,13 @@ def main() -> None:
     ap.add_argument("--qos-over-shares", action="store_true",
                     help="the agent's QoS limits over the node rule's shares, as the agent "
                     "composes them (SimConfig.qos_over_shares; docs/results.md)")
+    ap.add_argument("--manager-view", action="store_true",
+                    help="placement and moves see what the manager sees: no speed-up tables, "
+                    "a new job as the typical one, node speeds from their labels "
+                    "(SimConfig.manager_view)")
+    ap.add_argument("--unlabelled", action="store_true",
+                    help="with --manager-view: no node carries specon.io/cpu-speed (every "
+                    "node at speed 1 as the manager sees it)")
     ap.add_argument("--out", type=Path, default=None,
                     help="default: docs/results/suite.json (suite-noisy-NOISE.json with --noise)")
     a = ap.parse_args()
@@ -189,6 +196,11 @@ def main() -> None:
             cfg["fair_share" if key == "fair" else key] = getattr(a, key)
     if a.qos_over_shares:
         cfg["qos_over_shares"] = True
+    if a.unlabelled and not a.manager_view:
+        ap.error("--unlabelled needs --manager-view")
+    if a.manager_view:
+        cfg["manager_view"] = True
+        cfg["labelled_speeds"] = not a.unlabelled
     if a.out is None:
         name = "suite.json" if a.noise == "none" else f"suite-noisy-{a.noise}.json"
         a.out = ROOT / "docs" / "results" / name

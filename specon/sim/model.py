@@ -45,6 +45,14 @@ class SimConfig:
     loss_noise: float = 0.0
     loss_spikes: float = 0.0
     loss_bump: float = 0.0
+    #: Placement and moves see what the manager sees (specon_manager.state.node_loads): no
+    #: speed-up table (each job linear up to the cores it keeps busy), a new job as the
+    #: typical one (the median work left of the jobs on the nodes compared), and each node's
+    #: per-core speed only where its ``specon.io/cpu-speed`` label gives it
+    #: (``labelled_speeds``; else every node at 1.0, a job's work in CPU-seconds of its own
+    #: node). Off, they see the simulator's truth (speeds, tables, the new job's own work).
+    manager_view: bool = False
+    labelled_speeds: bool = True
     #: The share of an equal split every job keeps under the progress-aware policy.
     fair_share: float = 0.0
     #: A move must be predicted to gain this many times what it costs.

@@ -10,7 +10,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from specon.core.predict import fit_curve
-from specon.core.progress import JobLoad, NodeLoad, behind_equal_share
+from specon.core.progress import (
+    CANDIDATES,
+    JobLoad,
+    NodeLoad,
+    behind_equal_share,
+    least_loaded,
+    reported_load,
+)
 from specon.core.scoring import WorkerView, worker_view
 from specon.core.urgency import GIVEN_UP, ON_TRACK, Assessment, assess, urgency
 from specon.sim.engine.bookkeeping import Job, Worker
@@ -93,8 +100,33 @@ def node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLoad:
 
 
 def reserved_node(sim: Simulator, w: Worker) -> NodeLoad:
-    """The worker with the jobs migrating to it counted in."""
-    return node(sim, w, [sim.jobs[n] for n in w.reserved])
+    """The worker with the jobs migrating to it counted in (as placement and moves see it:
+    :func:`manager_node` under ``SimConfig.manager_view``)."""
+    extra = [sim.jobs[n] for n in w.reserved]
+    return manager_node(sim, w, extra) if sim.cfg.manager_view else node(sim, w, extra)
+
+
+def manager_node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLoad:
+    """The worker as the manager knows it (specon_manager.state.node_loads): each job as its
+    agent reports it (specon.core.progress.reported_load: linear up to the cores it keeps
+    busy, its work in CPU-seconds of this worker), times the worker's labelled speed
+    (``SimConfig.labelled_speeds``; without labels every worker is at speed 1)."""
+    speed = w.speed if sim.cfg.labelled_speeds else 1.0
+    scale = speed / w.speed  # speed-1 seconds -> this worker's CPU-seconds -> as labelled
+    jobs = [reported_load(j.spec.name, work_left(j) * scale, w.cpus, j.cat.category,
+                          attained=j.done * j.cost_seen * scale, cap=demand_on(j, w))
+            for j in (*w.jobs.values(), *extra)]
+    return NodeLoad(w.name, w.cpus, speed, tuple(jobs))
+
+
+def manager_placement_load(nodes: Sequence[NodeLoad]) -> JobLoad:
+    """A new job as the manager's extender sees it (specon_manager.state): the typical job,
+    the median work left of the jobs on the CANDIDATES least loaded nodes, linear up to the
+    largest node's CPUs."""
+    works = sorted(j.work for n in least_loaded(nodes, CANDIDATES) for j in n.jobs
+                   if j.work > 0)
+    return reported_load("new", works[len(works) // 2] if works else 0.0,
+                         max(n.cpus for n in nodes))
 
 
 def fits(sim: Simulator, job: Job) -> list[Worker]:

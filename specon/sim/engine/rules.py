@@ -129,7 +129,12 @@ def _specon_place(sim: Simulator, job: Job, fits: list[Worker]) -> str:
 def _progress_place(sim: Simulator, job: Job, fits: list[Worker]) -> str:
     """Where the job adds the least predicted completion (specon.core.progress.choose_node)."""
     nodes = [inputs.reserved_node(sim, w) for w in fits]
-    load = inputs.load(sim, job, fits[0]) if len(fits) == 1 else inputs.placement_load(sim, job)
+    if sim.cfg.manager_view:
+        load = inputs.manager_placement_load(nodes)
+    elif len(fits) == 1:
+        load = inputs.load(sim, job, fits[0])
+    else:
+        load = inputs.placement_load(sim, job)
     return choose_node(nodes, load, sim.cfg.weights) or fits[0].name
 
 
