@@ -38,6 +38,12 @@ ANNOTATION_TOTAL_STEPS = "specon.io/total-steps"
 #: The scheduler profile name a pod may select instead of the label.
 SCHEDULER_NAME = "specon"
 
+# -- what an administrator puts on a node ----------------------------------------------------
+#: Label: the per-core speed of the node's CPUs relative to the cluster's others (1.0 when
+#: absent; a node whose cores do a training step in half the time is 2). The progress-aware
+#: placement and moves compare nodes by it (specon_manager.node_speed, docs/manager.md).
+LABEL_CPU_SPEED = "specon.io/cpu-speed"
+
 # -- what the manager writes ----------------------------------------------------------------
 #: A migration's record (JSON) on the Job or the replacement pod.
 ANNOTATION_MIGRATION = "specon.io/migration"
@@ -72,7 +78,7 @@ REQUEST_FILE = "request.json"
 SAVED_FILE = "saved.json"
 THREADS_FILE = "threads.json"
 
-LABELS = (LABEL_TRAINING, LABEL_MIGRATABLE, LABEL_MIGRATING)
+LABELS = (LABEL_TRAINING, LABEL_MIGRATABLE, LABEL_MIGRATING, LABEL_CPU_SPEED)
 ANNOTATIONS = (
     ANNOTATION_PROGRESS_FILE, ANNOTATION_CHECKPOINT_DIR, ANNOTATION_METRICS_CSV,
     ANNOTATION_LOSS_REGEX,

@@ -22,6 +22,7 @@ from specon_manager.kube import Kube, KubeError, event_body, events_path, meta, 
 from specon_manager.leader import LeaseElector
 from specon_manager.metrics import ManagerMetrics
 from specon_manager.migration import MigrationController
+from specon_manager.node_speed import NodeSpeeds
 from specon_manager.planner import MovePlanner
 from specon_manager.pod_state import PodStateWriter
 from specon_manager.pods import PodDirectory
@@ -90,6 +91,7 @@ class Service:
             node_cache = WatchCache(kube, "/api/v1/nodes", "nodes")
             self.caches.append(node_cache)
             self.nodes = NodeCache(node_cache)
+            state.node_speed = NodeSpeeds(node_cache.get).speed
             writer = kube
             if settings.leader_election:
                 identity = settings.identity or os.environ.get("POD_NAME") or (

@@ -68,6 +68,9 @@ class ClusterState:
     #: How long after a node's kept heartbeat the agent's boot id and seq may still mark a
     #: heartbeat as late, older than it (:mod:`specon_manager.heartbeat_order`).
     reorder_window_s: float = 5.0
+    #: A node's per-core speed (specon_manager.node_speed: its specon.io/cpu-speed label; 1.0
+    #: without one or without a node cache).
+    node_speed: Callable[[str], float] = field(default=lambda _name: 1.0)
     _nodes: dict[str, NodeRecord] = field(default_factory=dict)
     _where: dict[str, str] = field(default_factory=dict)  # namespace/pod -> reporting node
     _table: NodeTable = field(default_factory=NodeTable)
@@ -138,6 +141,7 @@ class ClusterState:
             fresh = {n: self._nodes[n] for n in names if self.is_fresh(n, now)}
         if not fresh:
             return [0] * len(names)
+        # work / cpus is the backlog with speeds too: both scale by the node's speed
         order = sorted(fresh, key=lambda n: load_key(fresh[n].work, fresh[n].cpus, n))
         nodes = self.node_loads(order[:CANDIDATES])
         works = sorted(j.work for n in nodes for j in n.jobs if j.work > 0)
@@ -150,7 +154,9 @@ class ClusterState:
         """The progress-aware policy's view of these nodes (those with a heartbeat): each job
         with the work left its agent reports (specon.core.progress.reported_load), keyed
         namespace/pod, and a job on its way there (a reserved migration target) as its
-        source's agent last reported it, as the simulator counts it."""
+        source's agent last reported it, as the simulator counts it. Work is in CPU-seconds
+        of a speed-1 core: an agent's figures (CPU-seconds of its node) times the node's
+        speed (:attr:`node_speed`); a job on its way in, times its source's."""
         with self._lock:
             incoming: dict[str, list[str]] = {}
             for r in self._reservations.values():
@@ -162,15 +168,20 @@ class ClusterState:
             rec = self._nodes.get(name)
             if rec is None:
                 continue
-            reports = list(rec.heartbeat.jobs)
+            speed = self.node_speed(name)
+            reports = [(j, speed) for j in rec.heartbeat.jobs]
             for key in incoming.get(name, ()):
-                src = self._nodes.get(where.get(key, ""))
-                reports += [j for j in (src.heartbeat.jobs if src else ())
+                source = where.get(key, "")
+                src = self._nodes.get(source)
+                reports += [(j, self.node_speed(source)) for j in
+                            (src.heartbeat.jobs if src else ())
                             if pod_key(j.namespace, j.pod) == key]
-            jobs = tuple(reported_load(pod_key(j.namespace, j.pod), j.work_s or 0.0, rec.cpus,
-                                       j.category, attained=j.work_done_s, cap=j.demand_cores)
-                         for j in reports)
-            out.append(NodeLoad(name, rec.cpus, 1.0, jobs))
+            jobs = tuple(reported_load(pod_key(j.namespace, j.pod), (j.work_s or 0.0) * s,
+                                       rec.cpus, j.category, cap=j.demand_cores,
+                                       attained=None if j.work_done_s is None
+                                       else j.work_done_s * s)
+                         for j, s in reports)
+            out.append(NodeLoad(name, rec.cpus, speed, jobs))
         return out
 
     def _specon_priorities(self, names: list[str], max_score: int) -> list[int]:

@@ -1,0 +1,68 @@
+"""Each node's per-core speed, from its ``specon.io/cpu-speed`` label (docs/manager.md,
+"Node speeds").
+
+A real node's speed cannot be read from its CPU count, and the agents' work figures are
+CPU-seconds of their own node: a job needs more of them on a slower node. Without speeds the
+progress-aware placement and moves take every node as equally fast, and on a cluster whose
+per-core speeds differ it packs slow nodes as if they were fast (benchmarks/suite.py
+``--manager-view``, docs/results.md). The administrator, who knows the node pools, labels them;
+the label is read from the manager's node watch cache (no API request per look-up).
+
+A value that is not a number in [MIN_SPEED, MAX_SPEED] counts as no label (speed 1.0) and is
+logged once per node and value: a typo must not make a node look a thousand times faster.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from specon.names import LABEL_CPU_SPEED
+
+log = logging.getLogger("specon.manager")
+
+#: The bounds of a label's value (a 400x spread; the simulator's widest suite spans 16x).
+MIN_SPEED = 0.05
+MAX_SPEED = 20.0
+#: A node without the label (or with a bad one).
+DEFAULT_SPEED = 1.0
+
+
+def parse_cpu_speed(value: object) -> float | None:
+    """The label's value as a speed, or None when it is not a number within the bounds."""
+    if not isinstance(value, str) or not 0 < len(value) <= 16:
+        return None
+    try:
+        speed = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(speed) or not MIN_SPEED <= speed <= MAX_SPEED:
+        return None
+    return speed
+
+
+class NodeSpeeds:
+    """``speed(name)`` from a lookup of Node objects (the node watch cache's ``get``)."""
+
+    def __init__(self, get: Callable[[str], Mapping[str, Any] | None]) -> None:
+        self._get = get
+        self._warned: set[tuple[str, str]] = set()
+
+    def speed(self, name: str) -> float:
+        node = self._get(name)
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        raw = labels.get(LABEL_CPU_SPEED) if isinstance(labels, Mapping) else None
+        if raw is None:
+            return DEFAULT_SPEED
+        speed = parse_cpu_speed(raw)
+        if speed is None:
+            key = (name, str(raw)[:64])
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("node %s: label %s=%r is not a number in [%g, %g]; taken as %g",
+                            name, LABEL_CPU_SPEED, key[1], MIN_SPEED, MAX_SPEED,
+                            DEFAULT_SPEED)
+            return DEFAULT_SPEED
+        return speed
