@@ -8,8 +8,10 @@ per-core speeds differ it packs slow nodes as if they were fast (benchmarks/suit
 ``--manager-view``, docs/results.md). The administrator, who knows the node pools, labels them;
 the label is read from the manager's node watch cache (no API request per look-up).
 
-A value that is not a number in [MIN_SPEED, MAX_SPEED] counts as no label (speed 1.0) and is
-logged once per node and value: a typo must not make a node look a thousand times faster.
+A value that is not a number in [MIN_SPEED, MAX_SPEED] counts as no label and is logged once
+per node and value: a typo must not make a node look a thousand times faster. A node without a
+(sane) label is taken at DEFAULT_SPEED, and the placement knows that its speed is a guess
+(specon.core.progress.typical_load).
 """
 
 from __future__ import annotations
@@ -44,18 +46,19 @@ def parse_cpu_speed(value: object) -> float | None:
 
 
 class NodeSpeeds:
-    """``speed(name)`` from a lookup of Node objects (the node watch cache's ``get``)."""
+    """``speed(name)`` from a lookup of Node objects (the node watch cache's ``get``): the
+    label's speed, or None where the node has no sane label (or is not known)."""
 
     def __init__(self, get: Callable[[str], Mapping[str, Any] | None]) -> None:
         self._get = get
         self._warned: set[tuple[str, str]] = set()
 
-    def speed(self, name: str) -> float:
+    def speed(self, name: str) -> float | None:
         node = self._get(name)
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         raw = labels.get(LABEL_CPU_SPEED) if isinstance(labels, Mapping) else None
         if raw is None:
-            return DEFAULT_SPEED
+            return None
         speed = parse_cpu_speed(raw)
         if speed is None:
             key = (name, str(raw)[:64])
@@ -64,5 +67,4 @@ class NodeSpeeds:
                 log.warning("node %s: label %s=%r is not a number in [%g, %g]; taken as %g",
                             name, LABEL_CPU_SPEED, key[1], MIN_SPEED, MAX_SPEED,
                             DEFAULT_SPEED)
-            return DEFAULT_SPEED
         return speed

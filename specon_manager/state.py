@@ -21,6 +21,7 @@ from specon.core.progress import (
     load_key,
     placement_scores,
     reported_load,
+    typical_load,
 )
 from specon.core.qos_rules import qos_priorities
 from specon.core.scoring import (
@@ -37,6 +38,7 @@ from specon_manager.heartbeat_order import Kept, Retired, newer
 from specon_manager.job_keys import ANNOTATION_MIGRATION_ID as ANNOTATION_MIGRATION_ID
 from specon_manager.job_keys import pod_key as pod_key
 from specon_manager.node_record import NodeRecord
+from specon_manager.node_speed import DEFAULT_SPEED
 from specon_manager.node_table import MAX_PRIORITY, NodeTable, finish
 
 #: The placement rules the extender runs, by name (a policy's ``placement``).
@@ -68,9 +70,9 @@ class ClusterState:
     #: How long after a node's kept heartbeat the agent's boot id and seq may still mark a
     #: heartbeat as late, older than it (:mod:`specon_manager.heartbeat_order`).
     reorder_window_s: float = 5.0
-    #: A node's per-core speed (specon_manager.node_speed: its specon.io/cpu-speed label; 1.0
-    #: without one or without a node cache).
-    node_speed: Callable[[str], float] = field(default=lambda _name: 1.0)
+    #: A node's per-core speed (specon_manager.node_speed: its specon.io/cpu-speed label), None
+    #: without one or without a node cache (then taken as DEFAULT_SPEED).
+    node_speed: Callable[[str], float | None] = field(default=lambda _name: None)
     _nodes: dict[str, NodeRecord] = field(default_factory=dict)
     _where: dict[str, str] = field(default_factory=dict)  # namespace/pod -> reporting node
     _table: NodeTable = field(default_factory=NodeTable)
@@ -133,9 +135,11 @@ class ClusterState:
             return [max_score if self.is_fresh(n, now) else 0 for n in names]
 
     def _progress_priorities(self, names: list[str], max_score: int) -> list[int]:
-        """The progress-aware placement (specon.core.progress.placement_scores): a typical job
-        (the median work left of the jobs reported) placed where it adds the least predicted
-        completion, among the least loaded nodes (decoded only those)."""
+        """The progress-aware placement (specon.core.progress.placement_scores): the typical
+        job of the least loaded nodes (specon.core.progress.typical_load: the median work left
+        of the jobs reported and, where every one of those nodes is labelled with its speed,
+        the median cores they use) placed where it adds the least predicted completion, among
+        those nodes (decoded only those)."""
         now = self.clock()
         with self._lock:
             fresh = {n: self._nodes[n] for n in names if self.is_fresh(n, now)}
@@ -144,9 +148,8 @@ class ClusterState:
         # work / cpus is the backlog with speeds too: both scale by the node's speed
         order = sorted(fresh, key=lambda n: load_key(fresh[n].work, fresh[n].cpus, n))
         nodes = self.node_loads(order[:CANDIDATES])
-        works = sorted(j.work for n in nodes for j in n.jobs if j.work > 0)
-        typical = works[len(works) // 2] if works else 0.0
-        job = reported_load("new", typical, max(fresh[n].cpus for n in fresh))
+        labelled = all(self.node_speed(n.name) is not None for n in nodes)
+        job = typical_load(nodes, max(fresh[n].cpus for n in fresh), by_cores=labelled)
         scores = placement_scores(nodes, job, self.weights, max_score)
         return [scores.get(n, 1) if n in fresh else 0 for n in names]
 
@@ -168,12 +171,12 @@ class ClusterState:
             rec = self._nodes.get(name)
             if rec is None:
                 continue
-            speed = self.node_speed(name)
+            speed = self._speed(name)
             reports = [(j, speed) for j in rec.heartbeat.jobs]
             for key in incoming.get(name, ()):
                 source = where.get(key, "")
                 src = self._nodes.get(source)
-                reports += [(j, self.node_speed(source)) for j in
+                reports += [(j, self._speed(source)) for j in
                             (src.heartbeat.jobs if src else ())
                             if pod_key(j.namespace, j.pod) == key]
             jobs = tuple(reported_load(pod_key(j.namespace, j.pod), (j.work_s or 0.0) * s,
@@ -183,6 +186,10 @@ class ClusterState:
                          for j, s in reports)
             out.append(NodeLoad(name, rec.cpus, speed, jobs))
         return out
+
+    def _speed(self, node: str) -> float:
+        speed = self.node_speed(node)
+        return DEFAULT_SPEED if speed is None else speed
 
     def _specon_priorities(self, names: list[str], max_score: int) -> list[int]:
         """Algorithm 4's extender priorities; a reserved migration target counts its incoming

@@ -409,6 +409,28 @@ def reported_load(name: str, work: float, cpus: float,
     return JobLoad(name, work, curve, top, category, starved=starved, attained=attained)
 
 
+def typical_load(nodes: Sequence[NodeLoad], cpus: float, by_cores: bool = True,
+                 name: str = "new") -> JobLoad:
+    """A job about to be placed as the manager can know it, nothing of its own being measured
+    before it runs: the typical job of ``nodes``, with the median work left of their jobs
+    that have work left, linear up to ``cpus`` or, ``by_cores``, up to the median of those
+    jobs' caps (the cores each showed it can use). No job reported: no work, up to ``cpus``.
+
+    With the nodes' speeds known, the cap matters as much as the work: a typical job taken as
+    linear up to the largest node's CPUs makes a big slow node look fast, where most jobs use
+    a core or two of it. Without them (``by_cores`` False: a node without a speed label), a
+    node's CPUs are the only sign of what it serves, and a one-core typical job spreads the
+    jobs as if every node were as fast: on the widened suite that lost more (docs/results.md,
+    "The widened suite as the manager sees it")."""
+    jobs = [j for n in nodes for j in n.jobs if j.work > 0]
+    if not jobs:
+        return reported_load(name, 0.0, cpus)
+    works = sorted(j.work for j in jobs)
+    caps = sorted(j.cap for j in jobs)
+    return reported_load(name, works[len(works) // 2], cpus,
+                         cap=caps[len(caps) // 2] if by_cores else None)
+
+
 def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
                      max_score: int = 10) -> dict[str, int]:
     """Scheduler priorities 1..max_score for placing ``job``: the node :func:`choose_node` picks

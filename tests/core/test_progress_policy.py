@@ -12,6 +12,8 @@ from specon.core.progress import (
     choose_node,
     node_shares,
     plan_moves,
+    reported_load,
+    typical_load,
 )
 from specon.core.speedup import Curve
 
@@ -158,3 +160,23 @@ def test_a_job_that_used_less_than_its_limit_is_capped_near_its_use_and_the_rest
     cnn = reported_load("cnn", 900.0, 2.0)
     shares = node_shares(2.0, [sleeper, cnn])
     assert shares["sleeper"] == pytest.approx(0.075) and shares["cnn"] > 1.9, shares
+
+
+def test_the_typical_job_takes_the_median_work_and_the_median_cores_the_jobs_use() -> None:
+    """A pod being placed is known only as the typical job (the manager measures nothing of
+    it before it runs): the median of the work left and of the cores the reported jobs use,
+    so that a big slow node does not look fast to a job that would use one core of it."""
+    jobs = [reported_load(f"j{i}", w, 32, cap=c)
+            for i, (w, c) in enumerate([(100.0, 1.0), (300.0, 1.0), (200.0, 8.0), (0.0, 32.0)])]
+    nodes = [NodeLoad("a", 32, 1.0, tuple(jobs[:2])), NodeLoad("b", 32, 1.0, tuple(jobs[2:]))]
+    new = typical_load(nodes, 16)
+    assert (new.name, new.work, new.cap) == ("new", 200.0, 1.0)  # the finished job is left out
+    assert new.speed(4) == pytest.approx(1.0)  # linear up to its cap, no further
+    empty = typical_load([NodeLoad("c", 8, 1.0)], 8)
+    assert (empty.work, empty.cap) == (0.0, 8)
+    # a one-core typical job goes to the fast small node, not the big slow one
+    slow_big, fast_small = NodeLoad("slow", 32, 0.3), NodeLoad("fast", 4, 2.0)
+    assert choose_node([slow_big, fast_small], typical_load(nodes, 32)) == "fast"
+    # where the speeds are not known, linear up to the CPUs (a node's size is all there is)
+    blind = typical_load(nodes, 16, by_cores=False)
+    assert (blind.work, blind.cap) == (200.0, 16)

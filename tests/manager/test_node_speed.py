@@ -33,13 +33,13 @@ def node(name: str, speed: str | None) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": labels}}
 
 
-def test_a_node_without_a_sane_label_is_at_speed_one_and_a_bad_label_is_logged_once(
+def test_a_node_without_a_sane_label_has_no_speed_and_a_bad_label_is_logged_once(
         caplog: pytest.LogCaptureFixture) -> None:
     nodes = {"a": node("a", "2.5"), "b": node("b", None), "c": node("c", "1e6")}
     speeds = NodeSpeeds(nodes.get)
     with caplog.at_level(logging.WARNING, logger="specon.manager"):
         got = [speeds.speed(n) for n in ("a", "b", "c", "c", "unknown")]
-    assert got == [2.5, 1.0, 1.0, 1.0, 1.0]
+    assert got == [2.5, None, None, None, None]
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1 and "node c" in warned[0] and LABEL_CPU_SPEED in warned[0], warned
 
@@ -60,6 +60,7 @@ def test_work_is_scaled_by_its_nodes_speed_and_placement_follows_the_labels() ->
     blind = state_with(None)
     # without labels every node is equally fast: the least CPU-seconds ahead wins
     assert blind.priorities(["slow", "fast"], 10)[0] == 10
+    assert [n.speed for n in blind.node_loads(["slow", "fast"])] == [1.0, 1.0]
     labelled = state_with({"slow": 0.25, "fast": 4.0})
     loads = {n.name: n for n in labelled.node_loads(["slow", "fast"])}
     assert (loads["slow"].speed, loads["fast"].speed) == (0.25, 4.0)

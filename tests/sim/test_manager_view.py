@@ -2,7 +2,7 @@
 --manager-view): placement and moves see each node as the manager does
 (specon_manager.state.node_loads), with its per-core speed only where its specon.io/cpu-speed
 label gives it, every job linear up to the cores it keeps busy, and a new job as the typical
-one (the median work left), not its own work and speed-up table."""
+one (the median work left and cores used), not its own work and speed-up table."""
 
 from __future__ import annotations
 
@@ -39,10 +39,12 @@ def test_placement_sees_the_nodes_as_the_manager_does(labelled: bool,
                 assert jl.work == pytest.approx(inputs.work_left(j) * scale)
                 assert jl.cap == inputs.demand_on(j, w)
                 assert jl.curve.at(jl.cap) == pytest.approx(jl.cap)  # linear: no table
-        new = inputs.manager_placement_load(nodes)
-        works = sorted(j.work for n in least_loaded(nodes, CANDIDATES) for j in n.jobs
-                       if j.work > 0)
+        new = inputs.manager_placement_load(sim, nodes)
+        busy = [j for n in least_loaded(nodes, CANDIDATES) for j in n.jobs if j.work > 0]
+        works, caps = sorted(j.work for j in busy), sorted(j.cap for j in busy)
         assert (new.name, new.work) == ("new", works[len(works) // 2] if works else 0.0)
+        most = max(w.cpus for w in fits)
+        assert new.cap == (caps[len(caps) // 2] if caps and labelled else most)
         seen.append(job.spec.name)
         return original(sim, job, fits)
 

@@ -17,6 +17,7 @@ from specon.core.progress import (
     behind_equal_share,
     least_loaded,
     reported_load,
+    typical_load,
 )
 from specon.core.scoring import WorkerView, worker_view
 from specon.core.urgency import GIVEN_UP, ON_TRACK, Assessment, assess, urgency
@@ -119,14 +120,12 @@ def manager_node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLo
     return NodeLoad(w.name, w.cpus, speed, tuple(jobs))
 
 
-def manager_placement_load(nodes: Sequence[NodeLoad]) -> JobLoad:
-    """A new job as the manager's extender sees it (specon_manager.state): the typical job,
-    the median work left of the jobs on the CANDIDATES least loaded nodes, linear up to the
-    largest node's CPUs."""
-    works = sorted(j.work for n in least_loaded(nodes, CANDIDATES) for j in n.jobs
-                   if j.work > 0)
-    return reported_load("new", works[len(works) // 2] if works else 0.0,
-                         max(n.cpus for n in nodes))
+def manager_placement_load(sim: Simulator, nodes: Sequence[NodeLoad]) -> JobLoad:
+    """A new job as the manager's extender sees it (specon_manager.state): the typical job of
+    the CANDIDATES least loaded nodes (specon.core.progress.typical_load), by the cores the
+    jobs use where the nodes are labelled with their speeds."""
+    return typical_load(least_loaded(nodes, CANDIDATES), max(n.cpus for n in nodes),
+                        by_cores=sim.cfg.labelled_speeds)
 
 
 def fits(sim: Simulator, job: Job) -> list[Worker]:
