@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specon import __version__, names, rfc3339
+from specon.cpu_speed import parse_cpu_speed
 
 AGENT = names.REPORTER_AGENT
 MANAGER = "specon-manager"  # the manager's reportingController (specon_manager.kube)
@@ -215,6 +216,7 @@ def node_rows(opts: argparse.Namespace) -> list[Obj]:
         rows.append({
             "name": name, "ready": cond.get("Ready") == "True",
             "cpus": _cores((n.get("status") or {}).get("allocatable", {}).get("cpu")),
+            "speed": parse_cpu_speed((_md(n).get("labels") or {}).get(names.LABEL_CPU_SPEED)),
             "jobs": len(here), **{c: sum(j["category"] == c for j in here) for c in CATEGORIES},
             "limits_cores": sum(limits) if limits else None,
             # neither a report nor a limit Event: "not known", not "unlimited"
@@ -298,9 +300,10 @@ def show_jobs(rows: list[Obj], wide_ns: bool, now: float) -> str:
 
 
 def show_nodes(rows: list[Obj]) -> str:
-    return table(["NAME", "READY", "CPUS", "JOBS", *CATEGORIES, "LIMITS", "UNLIMITED",
+    return table(["NAME", "READY", "CPUS", "SPEED", "JOBS", *CATEGORIES, "LIMITS", "UNLIMITED",
                   "UNKNOWN"],
-                 [[r["name"], "yes" if r["ready"] else "no", _g(r["cpus"]), r["jobs"],
+                 [[r["name"], "yes" if r["ready"] else "no", _g(r["cpus"]), _g(r["speed"]),
+                   r["jobs"],
                    *(r[c] for c in CATEGORIES), _g(r["limits_cores"]), r["unlimited"],
                    r["unknown"]] for r in rows])
 

@@ -8,41 +8,23 @@ per-core speeds differ it packs slow nodes as if they were fast (benchmarks/suit
 ``--manager-view``, docs/results.md). The administrator, who knows the node pools, labels them;
 the label is read from the manager's node watch cache (no API request per look-up).
 
-A value that is not a number in [MIN_SPEED, MAX_SPEED] counts as no label and is logged once
-per node and value: a typo must not make a node look a thousand times faster. A node without a
-(sane) label is taken at DEFAULT_SPEED, and the placement knows that its speed is a guess
-(specon.core.progress.typical_load).
+A value that is not a number in [MIN_SPEED, MAX_SPEED] (specon.cpu_speed) counts as no label
+and is logged once per node and value: a typo must not make a node look a thousand times
+faster. A node without a (sane) label is taken at DEFAULT_SPEED, and the placement knows that
+its speed is a guess (specon.core.progress.typical_load).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from specon.cpu_speed import DEFAULT_SPEED, MAX_SPEED, MIN_SPEED, parse_cpu_speed
 from specon.names import LABEL_CPU_SPEED
 
 log = logging.getLogger("specon.manager")
-
-#: The bounds of a label's value (a 400x spread; the simulator's widest suite spans 16x).
-MIN_SPEED = 0.05
-MAX_SPEED = 20.0
-#: A node without the label (or with a bad one).
-DEFAULT_SPEED = 1.0
-
-
-def parse_cpu_speed(value: object) -> float | None:
-    """The label's value as a speed, or None when it is not a number within the bounds."""
-    if not isinstance(value, str) or not 0 < len(value) <= 16:
-        return None
-    try:
-        speed = float(value)
-    except ValueError:
-        return None
-    if not math.isfinite(speed) or not MIN_SPEED <= speed <= MAX_SPEED:
-        return None
-    return speed
+__all__ = ["DEFAULT_SPEED", "MAX_SPEED", "MIN_SPEED", "NodeSpeeds", "parse_cpu_speed"]
 
 
 class NodeSpeeds:
