@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specon.core.predict import fit_curve
+from specon.cpu_speed import DEFAULT_SPEED, MAX_SPEED, MIN_SPEED
 from specon.sim.model import SimConfig
 from specon.wire import WHATIF_INPUT_FORMAT, latest_reports
 from specon.workload.models import Workload
@@ -46,6 +47,8 @@ class NodeIn(_In):
     name: Annotated[str, Field(min_length=1, max_length=253)]
     cpus: Cores
     fresh: bool = True
+    #: Its specon.io/cpu-speed label (specon.cpu_speed); None: unlabelled, taken at 1.
+    speed: Annotated[float, Field(ge=MIN_SPEED, le=MAX_SPEED, allow_inf_nan=False)] | None = None
 
 
 class JobIn(_In):
@@ -112,6 +115,7 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
     profiles: dict[str, Any] = {}
     jobs: list[dict[str, Any]] = []
     cpus = {n.name: n.cpus for n in inp.nodes}
+    speed = {n.name: DEFAULT_SPEED if n.speed is None else n.speed for n in inp.nodes}
     each = checkpoint_seconds(inp)
     reported = latest_reports(inp.jobs)  # an older manager sent a moving job twice
     for j in reported:
@@ -119,7 +123,7 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
         if step <= 0 or not j.work_done_s or j.node not in cpus:
             counts["unmeasured"] += 1
             continue
-        per_step = j.work_done_s / step
+        per_step = j.work_done_s / step * speed[j.node]  # CPU-seconds of a speed-1 core
         if j.total_steps is not None:
             left = j.total_steps - step
             counts["declared"] += 1
@@ -144,7 +148,8 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
                      "deadline_s": deadline if deadline is not None and deadline > 0 else None,
                      "migratable": j.checkpointable})
     used = {j.node for j in reported}
-    workers = [{"name": n.name, "cpus": n.cpus} for n in inp.nodes if n.fresh or n.name in used]
+    workers = [{"name": n.name, "cpus": n.cpus, "speed": speed[n.name]} for n in inp.nodes
+               if n.fresh or n.name in used]
     if not jobs:
         raise BadReply("jobs: no job with a measured step cost to simulate "
                        f"({len(reported)} reported, {counts['unmeasured']} not yet measured, "
@@ -170,8 +175,9 @@ def notes(counts: dict[str, int], inp: WhatifInput | None = None) -> list[str]:
     told = "" if inp is None or inp.move_cost_s is None else (
         f", a move {inp.move_cost_s:g} s in all as the manager charges it")
     out = ["all jobs start now with their work left; each policy places them afresh (the "
-           "simulator does not keep today's placement); nodes at speed 1 (a job's measured "
-           "step cost already includes its node's speed)",
+           "simulator does not keep today's placement); each node at the speed its "
+           "specon.io/cpu-speed label gives, else 1 (a job's measured step cost is scaled by "
+           "its node's)",
            f"speed-up linear up to the cores a job showed it can use; checkpoint and restore "
            f"{each:g} s each{told}"]
     if counts["estimated"]:

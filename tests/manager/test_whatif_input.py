@@ -83,3 +83,12 @@ def test_a_job_whose_pod_is_being_deleted_is_left_out_unless_it_is_being_moved()
     assert [j["pod"] for j in whatif_input(state, None)["jobs"]] == ["kept", "moving"]
     state.release("migration/m1")
     assert [j["pod"] for j in whatif_input(state, None)["jobs"]] == ["kept"]
+
+
+def test_each_node_carries_its_labelled_speed_or_none() -> None:
+    state = ClusterState(stale_after_s=30)
+    state.node_speed = {"node-1": 2.5}.get
+    for node in ("node-1", "node-2"):
+        assert state.record(Heartbeat.model_validate(heartbeat(node, [])))
+    got = {n["name"]: n["speed"] for n in whatif_input(state, None)["nodes"]}
+    assert got == {"node-1": 2.5, "node-2": None}

@@ -78,6 +78,7 @@ def test_the_work_left_of_each_measured_job_becomes_a_profile_submitted_now() ->
     ({"format": "specon-whatif-input/v9"}, "format"),
     ({"move_cost_s": -1}, "move_cost_s"),
     ({"move_cost_s": "inf"}, "move_cost_s"),
+    ({"nodes": [{"name": "n1", "cpus": 4, "speed": 100}]}, "nodes.0.speed"),
 ])
 def test_a_malformed_reply_names_the_field(change: dict[str, Any], field: str) -> None:
     with pytest.raises(BadReply, match=f"^{field.replace('.', '[.]')}: "):
@@ -129,3 +130,15 @@ def test_a_move_stops_a_job_as_long_as_the_manager_charges_it(
     said = "\n".join(notes(counts, inp))
     assert f"checkpoint and restore {each:g} s each" in said
     assert ("as the manager charges it" in said) == (cost is not None)
+
+
+def test_a_labelled_nodes_speed_is_its_workers_and_scales_its_jobs_step_cost() -> None:
+    """A node labelled specon.io/cpu-speed=2 does a step in half the CPU-seconds of a speed-1
+    core: its jobs' measured cost is scaled up to speed-1 seconds, and its worker runs at 2."""
+    reply = _reply(_job("fast", step=100, total_steps=200, work_done_s=50.0),
+                   _job("plain", node="n2", step=100, total_steps=200, work_done_s=50.0))
+    reply["nodes"][0]["speed"] = 2.0
+    wl, _ = to_workload(parse(reply))
+    assert [(w.name, w.speed) for w in wl.cluster.workers] == [("n1", 2.0), ("n2", 1.0)]
+    assert wl.profiles["ml/fast"].cpu_seconds_per_iteration == pytest.approx(1.0)
+    assert wl.profiles["ml/plain"].cpu_seconds_per_iteration == pytest.approx(0.5)
