@@ -136,8 +136,14 @@ def test_get_describe_and_nodes_show_what_specon_did(
     got = specon(plugin_env, "nodes", "-o", "json")
     assert got.returncode == 0, got.stderr
     (row,) = [r for r in json.loads(got.stdout) if r["name"] == node]
-    assert row == {"name": node, "ready": True, "cpus": 4.0, "jobs": 2, "PC": 1, "WC": 1,
-                   "CC": 0, "limits_cores": 0.5, "unlimited": 1, "unknown": 0}
+    assert row == {"name": node, "ready": True, "cpus": 4.0, "speed": None, "jobs": 2,
+                   "PC": 1, "WC": 1, "CC": 0, "limits_cores": 0.5, "unlimited": 1,
+                   "unknown": 0}
+    # the node's per-core speed, as its administrator labelled it (docs/manager.md)
+    plane.kubectl("label", "node", node, "specon.io/cpu-speed=1.5")
+    text = specon(plugin_env, "nodes").stdout
+    assert text.splitlines()[0].split()[:4] == ["NAME", "READY", "CPUS", "SPEED"]
+    assert [line.split()[3] for line in text.splitlines() if line.startswith(node)] == ["1.5"]
 
 
 def test_bad_input_is_2_and_a_failure_is_1(
