@@ -226,6 +226,20 @@ def manager(config: Path, policy: str, reports: dict[str, dict[str, Any]],
              lambda: not controller.in_flight(), 120)
     for cache in service.caches:
         assert cache.wait_current(30), f"watch cache {cache.name} not current"
+    # Algorithm 5's rounds wait ("settling") while any migratable pod on the cluster is a
+    # recent migration's replacement that no heartbeat reports: earlier tests' replacements,
+    # until their namespaces are gone (a cold run's paper manager read nothing in its first
+    # rounds so, 2026-11-27). Measure from the first round that reads the owners.
+    assert service.rebalancer is not None
+    rounds = service.rebalancer
+
+    def a_round_reads() -> bool:
+        sent = sum(1 for method, _, _ in kube.calls if method != "WATCH")
+        assert rounds.run_once() == []  # nothing to move: the layout is even
+        return sum(1 for method, _, _ in kube.calls if method != "WATCH") > sent
+
+    wait_for("a round that reads (no earlier test's migration settling)", a_round_reads, 300,
+             every=2)
     return service, kube
 
 
