@@ -106,17 +106,21 @@ def _target(target: str) -> tuple[str, object]:
 
 
 def _config(
-    alpha: float | None, interval: float | None, beta: float | None, timeline: bool
+    alpha: float | None, interval: float | None, beta: float | None, timeline: bool,
+    manager_view: bool = False, unlabelled: bool = False,
 ) -> SimConfig:
     base = SimConfig()
     if beta is not None and not (math.isfinite(beta) and beta >= 1):
         raise UsageError(f"--beta: must be a number >= 1, got {beta}")
+    if unlabelled and not manager_view:
+        raise UsageError("--unlabelled: only with --manager-view")
     try:
         return SimConfig(
             alpha=base.alpha if alpha is None else alpha,
             interval_s=base.interval_s if interval is None else interval,
             flowcon_beta=base.flowcon_beta if beta is None else beta,
-            record_timeline=timeline,
+            record_timeline=timeline, manager_view=manager_view,
+            labelled_speeds=not unlabelled,
         )
     except ValueError as exc:
         flag = "--interval" if "interval" in str(exc) else "--alpha"
@@ -251,6 +255,11 @@ def simulate(
         help="Parameter sweep, e.g. 'alpha=0.01,0.05,0.1 interval=20,30,60'.")] = None,
     plots: Annotated[bool, typer.Option(help="Draw PNG plots.")] = True,
     jobs: Annotated[bool, typer.Option(help="Print the per-job table.")] = True,
+    manager_view: Annotated[bool, typer.Option(
+        help="Placement and moves see what the installed manager sees: no speed-up tables, a "
+        "new job as the typical one, node speeds as labelled (docs/results.md).")] = False,
+    unlabelled: Annotated[bool, typer.Option(
+        help="With --manager-view: no node carries specon.io/cpu-speed.")] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the comparison as JSON on stdout instead of the tables (per "
         "policy: each metric's mean, 95% interval, change against default, headroom captured; "
@@ -277,6 +286,8 @@ def simulate(
         from specon.sim.sweep import best_rows, parse_sweep, run_sweep
 
         grid = parse_sweep(sweep)
+        if manager_view or unlabelled:
+            raise UsageError("--manager-view: not used with --sweep")
         for flag, value in (("--alpha", alpha), ("--interval", interval), ("--beta", beta)):
             if value is not None:
                 raise UsageError(f"{flag}: not used with --sweep (sweep it instead: "
@@ -290,7 +301,8 @@ def simulate(
                 "grid": grid, "rows": rows, "best": best_rows(rows),
                 "files": [str(out_dir / "sweep.json")]}), indent=1))
         return
-    cfg = _config(alpha, interval, beta, timeline=plots)
+    cfg = _config(alpha, interval, beta, timeline=plots, manager_view=manager_view,
+                  unlabelled=unlabelled)
     _writable_dir("--out", out_dir)
     position = {s: i + 1 for i, s in reversed(list(enumerate(seed_list)))}
     with _progress() as prog:

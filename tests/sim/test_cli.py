@@ -73,6 +73,9 @@ def test_simulate_writes_result_and_plots(workload_file: Path, tmp_path: Path):
         (["simulate", "paper-30", "--sweep", "alpha=0.1", "--beta", "2"],
          "--beta: not used with --sweep"),
         (["simulate", "paper-30", "--seeds", "5-1"], "--seeds"),
+        (["simulate", "paper-30", "--unlabelled"], "--unlabelled: only with --manager-view"),
+        (["simulate", "paper-30", "--manager-view", "--sweep", "alpha=0.01,0.05"],
+         "--manager-view: not used with --sweep"),
         (["validate"], "specon validate: Missing argument 'path'"),
         (["validate", "no-such.json"], "no-such.json: cannot read (No such file or directory)"),
         (["validate", "/"], "/: cannot read (Is a directory)"),
@@ -113,6 +116,15 @@ def test_an_old_policy_name_runs_as_its_new_one_with_one_warning_line(
         "warning: policy 'specon' is now called 'progress-equal-share'; the old name is "
         "accepted until the next release (docs/upgrades.md)"], r.stderr
     assert "DeprecationWarning" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_managers_view_runs_and_says_so_in_the_json(workload_file: Path, tmp_path: Path):
+    r = specon("simulate", str(workload_file), "--seeds", "1", "--policies", "default,progress",
+               "--no-plots", "--json", "--manager-view", "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    data = _strict_json(r.stdout)
+    assert isinstance(data, dict) and data["policies"] == ["default", "progress"]
+    assert (data["config"]["manager_view"], data["config"]["labelled_speeds"]) == (True, True)
 
 
 def test_a_bad_file_for_validate_exits_2_naming_file_and_field(tmp_path: Path):
