@@ -267,7 +267,15 @@ def test_why_restart_policy_never_is_refused_the_operator_fails_the_evicted_job(
                   "-", input=json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
                                          "metadata": {"name": name, "namespace": ns}}))
     path = f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/pjx"
-    wait_for("the PyTorchJob Failed", lambda: condition(api.get(path), "Failed"))
+    # 180 s: on a cold run's loaded two cores (the campaign and the other plane process
+    # beside it) the operator had not failed it after 60 s (2026-11-27)
+    try:
+        wait_for("the PyTorchJob Failed", lambda: condition(api.get(path), "Failed"), 180)
+    except AssertionError as exc:
+        job, pods = api.get(path) or {}, api.pods(ns)
+        raise AssertionError(f"{exc}; status {job.get('status')}; pods " + repr(
+            [(p["metadata"]["name"], p["status"].get("phase"),
+              p["metadata"].get("deletionTimestamp")) for p in pods])) from None
     assert not condition(api.get(path), "Succeeded")
 
 
