@@ -630,9 +630,10 @@ def plane_bin() -> Path:
     return require_bin_dir()
 
 
-@pytest.fixture(scope="session")
-def plane(plane_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    p = Plane(bin_dir=plane_bin, workdir=tmp_path_factory.mktemp("plane"))
+@contextlib.contextmanager
+def started_plane(bin_dir: Path, workdir: Path) -> Iterator[Plane]:
+    """A plane started in ``workdir``, stopped on the way out."""
+    p = Plane(bin_dir=bin_dir, workdir=workdir)
     _PLANES.append(p)
     try:
         p.start()
@@ -643,6 +644,12 @@ def plane(plane_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield p
     finally:
         p.stop()
+
+
+@pytest.fixture(scope="session")
+def plane(plane_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    with started_plane(plane_bin, tmp_path_factory.mktemp("plane")) as p:
+        yield p
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 from managerlib import heartbeat, job
-from planelib import Plane
+from planelib import Plane, started_plane
 from planemanager import Api, wait_for
 
 from specon.wire import Heartbeat
@@ -200,6 +200,17 @@ def unrelated(plane: Plane, ns: str) -> None:
         assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
 
 
+@pytest.fixture(scope="module")
+def plane(plane_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    """A plane of this module's own, not the shared one: a manager restores, cluster-wide, the
+    migrations earlier tests' objects still show in flight, and Algorithm 5's rounds wait while
+    an earlier test's recent replacement is not reported; either made the rounds measured here
+    read nothing (three runs of 2026-11-27, one a warm run where a restored migration never
+    ended, since these managers run no reconcile pass)."""
+    with started_plane(plane_bin, tmp_path_factory.mktemp("reads-plane")) as p:
+        yield p
+
+
 def manager(config: Path, policy: str, reports: dict[str, dict[str, Any]],
             ns: str) -> tuple[Service, CountingKube]:
     """The manager's service for ``policy`` acting as ``config`` says (its loop idle after its
@@ -217,9 +228,8 @@ def manager(config: Path, policy: str, reports: dict[str, dict[str, Any]],
                 work_s=600.0, checkpointable=True)], cpus=4)))
     service.start()
     wait_for("the first pass", lambda: service.last_pass is not None, 60)
-    # The plane is shared: a manager restores, cluster-wide, the migrations that earlier tests'
-    # pods still show in flight (until their namespaces are gone), and runs no round while one
-    # is (a cold run's paper manager measured 0 requests a round so, 2026-11-27).
+    # A manager restores, cluster-wide, the migrations that objects show in flight, and runs
+    # no round while one is (the module's own plane has none: see ``plane``).
     assert service.controller is not None
     controller = service.controller
     wait_for("no migration in flight (restored from earlier tests' pods)",
@@ -227,9 +237,8 @@ def manager(config: Path, policy: str, reports: dict[str, dict[str, Any]],
     for cache in service.caches:
         assert cache.wait_current(30), f"watch cache {cache.name} not current"
     # Algorithm 5's rounds wait ("settling") while any migratable pod on the cluster is a
-    # recent migration's replacement that no heartbeat reports: earlier tests' replacements,
-    # until their namespaces are gone (a cold run's paper manager read nothing in its first
-    # rounds so, 2026-11-27). Measure from the first round that reads the owners.
+    # recent migration's replacement that no heartbeat reports. Measure from the first round
+    # that reads the owners.
     assert service.rebalancer is not None
     rounds = service.rebalancer
 
