@@ -43,6 +43,10 @@ HOW: dict[str, tuple[str, list[str] | None]] = {
                                                   "--no-plots"]),
     "specon simulate paper-30-mc --seeds 10": (RUN, ["simulate", "paper-30-mc", "--seeds",
                                                      "1", "--no-plots"]),
+    "specon simulate paper-30 --seeds 10 --manager-view": (RUN, [
+        "simulate", "paper-30", "--seeds", "1", "--no-plots", "--manager-view"]),
+    "specon simulate paper-30-mc --seeds 10 --manager-view": (RUN, [
+        "simulate", "paper-30-mc", "--seeds", "1", "--no-plots", "--manager-view"]),
     "specon profile record -- python3 -m specon_examples.vae --iterations 2000": (PARSE, None),
     "specon validate my-workload.json": (RUN, None),
     "specon simulate my-workload.json --seeds 10 --out results/mine": (
@@ -99,7 +103,7 @@ def test_readme_commands_run(tmp_path: Path):
         assert r.returncode == 0, (command, argv, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr
         ran.append(command)
-    assert len(ran) == 6
+    assert len(ran) == 8
     assert (tmp_path / "results" / "paper-30" / "result.json").exists()
     assert (tmp_path / "results" / "paper-30-mc" / "result.json").exists()
     assert (tmp_path / "results" / "mine" / "summary.png").exists()
