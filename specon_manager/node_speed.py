@@ -24,7 +24,6 @@ from specon.cpu_speed import DEFAULT_SPEED, MAX_SPEED, MIN_SPEED, parse_cpu_spee
 from specon.names import LABEL_CPU_SPEED
 
 log = logging.getLogger("specon.manager")
-__all__ = ["DEFAULT_SPEED", "MAX_SPEED", "MIN_SPEED", "NodeSpeeds", "parse_cpu_speed"]
 
 
 class NodeSpeeds:

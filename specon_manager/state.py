@@ -31,6 +31,7 @@ from specon.core.scoring import (
     placement_priorities,
     worker_view,
 )
+from specon.cpu_speed import DEFAULT_SPEED
 from specon.wire import QOS_STATES, CheckpointRequest, Heartbeat, JobReport
 from specon_manager.heartbeat_order import Kept, Retired, newer
 
@@ -38,7 +39,6 @@ from specon_manager.heartbeat_order import Kept, Retired, newer
 from specon_manager.job_keys import ANNOTATION_MIGRATION_ID as ANNOTATION_MIGRATION_ID
 from specon_manager.job_keys import pod_key as pod_key
 from specon_manager.node_record import NodeRecord
-from specon_manager.node_speed import DEFAULT_SPEED
 from specon_manager.node_table import MAX_PRIORITY, NodeTable, finish
 
 #: The placement rules the extender runs, by name (a policy's ``placement``).

@@ -12,9 +12,10 @@ import pytest
 from managerlib import heartbeat, job
 
 from specon.core.policy import lookup
+from specon.cpu_speed import MAX_SPEED, MIN_SPEED, parse_cpu_speed
 from specon.names import LABEL_CPU_SPEED
 from specon.wire import Heartbeat
-from specon_manager.node_speed import MAX_SPEED, MIN_SPEED, NodeSpeeds, parse_cpu_speed
+from specon_manager.node_speed import NodeSpeeds
 from specon_manager.state import ClusterState, Reservation
 
 
