@@ -229,8 +229,9 @@ def main() -> None:
     a.out.write_text(json.dumps({"command": " ".join(sys.argv[1:]), "seconds": time.time()
                                  - started, "noise": a.noise, "config": cfg, "table": table,
                                  "workloads": rows}, indent=1))
-    if cfg:  # the README's `noisy` entry says what the policies were not told
-        print(f"noisy ({a.noise}): " + ", ".join(f"{k} {v:g}" for k, v in cfg.items()) + "\n")
+    if cfg:  # what the policies were not told, and the view they were given
+        print(f"config (noise {a.noise}): " + ", ".join(f"{k} {v:g}" for k, v in cfg.items())
+              + "\n")
     print(markdown(table))
     if len(families) > 1:
         for f in families:

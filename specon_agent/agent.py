@@ -359,7 +359,8 @@ class Agent:
                          self.control.limits.get(cid, 1.0))
 
     def _categorize(self, now: float) -> None:
-        requests = self.control.categorize_tick(now, self._cpu())
+        requests = self.control.categorize_tick(now, self._cpu(),
+                                                limits_applied=not self.actuator.observing)
         for cid in requests:
             job = self.jobs.get(cid)
             if job is None:

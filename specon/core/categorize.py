@@ -20,6 +20,10 @@ compared with the threshold alpha and with its previous growth:
   growth (taken at the other pace) is forgotten, so it is compared like with like from then on.
   The growth is not scaled by the pace: at a twentieth of the steps the loss change is mostly
   noise, and scaling it 20x would make noise decide the category.
+* Cut interval: an interval over which the job's CPU limit fell under ``SLOW_PACE`` of its
+  limit when the interval began is a slow interval too, whatever its pace: its losses were
+  logged partly at the old limit and partly at the new one (the pace of such a mix can pass
+  for a full one, while the growth per minute already shows the cut).
 
 A migrated job (moved, or judged best where it is) is never categorised or requested again.
 """
@@ -48,6 +52,9 @@ class JobState:
     top_pace: float | None = None
     #: Slow intervals in a row not judged (see the module's "Slow interval").
     slow: int = 0
+    #: The job's CPU limit (a fraction of the node) when its current interval began; None:
+    #: not known (see the module's "Cut interval").
+    limit: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,20 +76,24 @@ def _next(state: JobState, g: float, alpha: float) -> Category:
 
 
 def _judge(state: JobState, g: float, alpha: float, pace: float | None,
-           slow_after: int) -> JobState:
-    """The job's state after an interval of growth ``g`` at ``pace`` (None: unknown)."""
-    if pace is None or pace <= 0:
-        return replace(state, category=_next(state, g, alpha), last_growth=g, slow=0)
+           slow_after: int, cut: bool = False) -> JobState:
+    """The job's state after an interval of growth ``g`` at ``pace`` (None: unknown);
+    ``cut``: its limit was cut over the interval."""
+    known = pace is not None and pace > 0
     top = state.top_pace
-    if top is None or pace >= SLOW_PACE * top or g >= alpha:
+    if known and top is not None and pace is not None:
+        cut = cut or pace < SLOW_PACE * top
+    if not cut or g >= alpha:
+        if not known:
+            return replace(state, category=_next(state, g, alpha), last_growth=g, slow=0)
         return replace(state, category=_next(state, g, alpha), last_growth=g, slow=0,
-                       top_pace=max(pace, top or 0.0))
+                       top_pace=max(pace or 0.0, top or 0.0))
     if state.slow < slow_after:
         return replace(state, slow=state.slow + 1)
     # held back for long: this is its pace now; its last growth was taken at another
     rebased = replace(state, last_growth=None)
     return replace(rebased, category=_next(rebased, g, alpha), last_growth=g, slow=0,
-                   top_pace=pace)
+                   top_pace=pace if known else top)
 
 
 def _no_valid_loss(state: JobState) -> JobState:
@@ -99,6 +110,7 @@ def categorize(
     invalid_after: int = NO_VALID_LOSS_INTERVALS,
     pace: Mapping[str, float] | None = None,
     slow_after: int = SLOW_PACE_INTERVALS,
+    limits: Mapping[str, float] | None = None,
 ) -> CategorizeResult:
     """One categorisation interval on one worker.
 
@@ -107,7 +119,9 @@ def categorize(
     job logged losses but no finite one (:attr:`specon.core.growth.LossTrack.invalid`): from
     ``invalid_after`` on, a progressing job is watching; ``pace`` each job's loss lines per
     second over the interval (absent: unknown, the interval is judged): a slow interval does
-    not demote a job, ``slow_after`` of them in a row at most.
+    not demote a job, ``slow_after`` of them in a row at most; ``limits`` each job's CPU
+    limit now (a fraction of the node; absent: unknown): an interval over which it fell under
+    ``SLOW_PACE`` of the limit the interval began with is slow too.
     """
     if not alpha > 0:
         raise ValueError("alpha must be > 0")
@@ -115,13 +129,17 @@ def categorize(
     stayed_converged: list[str] = []
     for name, st in states.items():
         g = growth.get(name)
+        limit = limits.get(name) if limits else None
+        cut = st.limit is not None and limit is not None and limit < SLOW_PACE * st.limit
+        if limit != st.limit:
+            st = replace(st, limit=limit)  # the next interval begins at this limit
         if not st.migrated and g is None and invalid and invalid.get(name, 0) >= invalid_after:
             new[name] = _no_valid_loss(st)
             continue
         if st.migrated or g is None:
             new[name] = st
             continue
-        judged = _judge(st, g, alpha, pace.get(name) if pace else None, slow_after)
+        judged = _judge(st, g, alpha, pace.get(name) if pace else None, slow_after, cut)
         if judged.category is Category.CONVERGED and st.category is Category.CONVERGED \
                 and g < alpha:  # a slow interval too: it cannot demote a converged job
             stayed_converged.append(name)

@@ -143,7 +143,7 @@ class NodeController:
             view.flow.restart(now, cpu)
             view.cat_probe.restart(now, cpu)
             # its pace elsewhere says nothing of its pace here
-            view.cat = replace(view.cat, top_pace=None, slow=0)
+            view.cat = replace(view.cat, top_pace=None, slow=0, limit=None)
         self.jobs[cid] = view
         self.flow = flowcon.add_container(self.flow, cid, self.params)
         self._listener(now)
@@ -221,8 +221,11 @@ class NodeController:
         self.dirty = True
         self.flow_due = now + self.flow.itval_s if self.flow.lists else math.inf
 
-    def categorize_tick(self, now: float, cpu: Mapping[str, Counter]) -> tuple[str, ...]:
-        """Algorithm 3: one categorisation interval; returns the jobs to reallocate now."""
+    def categorize_tick(self, now: float, cpu: Mapping[str, Counter],
+                        limits_applied: bool = True) -> tuple[str, ...]:
+        """Algorithm 3: one categorisation interval; returns the jobs to reallocate now.
+        ``limits_applied`` False (an agent in observe mode): the limits were not written, so
+        a cut in them held no job back."""
         growth: dict[str, float | None] = {}
         invalid: dict[str, int] = {}
         pace: dict[str, float] = {}
@@ -234,7 +237,7 @@ class NodeController:
             growth[cid] = g.progress if g is not None else None
             invalid[cid] = job.cat_probe.track.invalid
         res = categorize({cid: j.cat for cid, j in self.jobs.items()}, growth, self.alpha,
-                         invalid, pace=pace)
+                         invalid, pace=pace, limits=self.limits if limits_applied else None)
         for cid, st in res.states.items():
             if st.last_growth is None and self.jobs[cid].cat.last_growth is not None:
                 self.jobs[cid].growth = None  # no valid loss: its last growth is not current

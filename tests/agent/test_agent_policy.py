@@ -93,7 +93,7 @@ def test_the_research_policy_keeps_flowcon_and_asks_to_move() -> None:
     for a in (agent, progress):
         if NEW not in a.jobs:
             follow(a, meter, NEW, total=None)
-        a.control.categorize_tick = lambda now, cpu: (NEW,)  # type: ignore[method-assign]
+        a.control.categorize_tick = lambda *_, **__: (NEW,)  # type: ignore[method-assign]
         a._categorize(200.0)
     assert agent.jobs[NEW].asked and not progress.jobs[NEW].asked
 

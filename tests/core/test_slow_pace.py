@@ -127,3 +127,65 @@ def test_a_moved_job_measures_its_pace_anew() -> None:
     view = a.depart("j", 10.0)
     b.arrive("j", 10.0, 0.0, view)
     assert b.jobs["j"].cat == JobState(PC, last_growth=0.5)
+
+
+# -- cut intervals: the limit fell over the interval ------------------------------------------
+def test_an_interval_whose_limit_was_cut_cannot_demote_even_at_a_full_looking_pace() -> None:
+    # the job began the interval at the whole node; it ends it at a fortieth: its losses
+    # logged before the cut make the pace look full, its growth per minute shows the cut
+    s = {"j": JobState(PC, last_growth=0.5, top_pace=2.0, limit=1.0)}
+    r = categorize(s, {"j": 0.02}, A, pace={"j": 1.5}, limits={"j": 0.025})
+    assert r.states["j"] == JobState(PC, last_growth=0.5, top_pace=2.0, slow=1, limit=0.025)
+    # the next interval begins at the new limit: held there, its slow pace keeps it, as before
+    r = categorize(r.states, {"j": 0.001}, A, pace={"j": 0.05}, limits={"j": 0.025})
+    assert r.states["j"].category is PC and r.states["j"].slow == 2
+    # a cut can still promote (progress at a fraction of the CPU is progress)
+    w = {"j": JobState(WC, last_growth=0.01, top_pace=2.0, limit=1.0)}
+    up = categorize(w, {"j": 0.2}, A, pace={"j": 1.5}, limits={"j": 0.025})
+    assert up.states["j"].category is PC
+
+
+def test_a_limit_kept_or_cut_a_little_or_raised_is_judged_as_before() -> None:
+    s = {"j": JobState(PC, last_growth=0.5, top_pace=2.0, limit=0.5)}
+    for now in (0.5, SLOW_PACE * 0.5, 1.0):
+        r = categorize(s, {"j": 0.02}, A, pace={"j": 2.0}, limits={"j": now})
+        assert r.states["j"].category is WC and r.states["j"].limit == now
+    # no limit known before (a new job) or now: no cut
+    fresh = {"j": JobState(PC, last_growth=0.5, top_pace=2.0)}
+    assert categorize(fresh, {"j": 0.02}, A, pace={"j": 2.0},
+                      limits={"j": 0.01}).states["j"].category is WC
+    assert categorize(s, {"j": 0.02}, A, pace={"j": 2.0}).states["j"].category is WC
+
+
+def test_the_limit_is_remembered_through_intervals_with_no_measurement() -> None:
+    s = {"j": JobState(PC, last_growth=0.5, top_pace=2.0, limit=1.0)}
+    r = categorize(s, {"j": None}, A, limits={"j": 0.9})
+    assert r.states["j"] == JobState(PC, last_growth=0.5, top_pace=2.0, limit=0.9)
+
+
+def test_through_the_node_controller_a_job_cut_mid_interval_keeps_its_category() -> None:
+    """The agent's case (tests/docker/test_agent_no_flapping.py, CI 2026-11-27). In observe
+    mode (``limits_applied`` False) the cut limit was never written: the interval is judged."""
+    for cut, applied in ((True, True), (False, True), (True, False)):
+        c = NodeController(PARAMS, alpha=0.04)
+        c.arrive("j", 0.0, 0.0)
+        step, t = 0.0, 0.0
+        for _ in range(4):  # alone at the whole node: 100 steps/s, a line every 10 steps
+            c.add_losses("j", [curve(step := step + 10) for _ in range(600)])
+            t += 60.0
+            c.categorize_tick(t, {"j": t})
+        assert c.jobs["j"].cat.category is PC and c.limits["j"] == 1.0
+        # a competitor a second into the 5th interval; a share rule holds j at the floor.
+        # Its 15 s of lines from before the cut (flushed late) make the pace a quarter of its
+        # top, and its growth per minute falls under alpha (0.031 < 0.04; at full pace: 0.046)
+        c.arrive("k", t + 1.0, 0.0)
+        if cut:
+            c.shares = {"j": 0.025, "k": 0.975}
+        c.add_losses("j", [curve(step := step + 10) for _ in range(150)])
+        c.categorize_tick(t + 60.0, {"j": t + 16.0, "k": 59.0}, limits_applied=applied)
+        got = c.jobs["j"].cat
+        assert got.limit == (c.limits["j"] if applied else None)
+        if cut and applied:
+            assert got.category is PC and got.slow == 1, got
+        else:  # the same interval with no cut is judged (the rule before for both)
+            assert got.category is WC, got
