@@ -35,6 +35,9 @@ ANNOTATION_TARGET_LOSS = "specon.io/target-loss"
 ANNOTATION_DEADLINE = "specon.io/deadline"
 ANNOTATION_STOP_AT_TARGET = "specon.io/stop-at-target"
 ANNOTATION_TOTAL_STEPS = "specon.io/total-steps"
+#: Label: the job's kind (jobs of one kind are alike in the cores they use and roughly in
+#: their work: a sweep's trials). Absent: the container's image (specon.kinds).
+LABEL_KIND = "specon.io/kind"
 #: The scheduler profile name a pod may select instead of the label.
 SCHEDULER_NAME = "specon"
 
@@ -78,7 +81,7 @@ REQUEST_FILE = "request.json"
 SAVED_FILE = "saved.json"
 THREADS_FILE = "threads.json"
 
-LABELS = (LABEL_TRAINING, LABEL_MIGRATABLE, LABEL_MIGRATING, LABEL_CPU_SPEED)
+LABELS = (LABEL_TRAINING, LABEL_MIGRATABLE, LABEL_MIGRATING, LABEL_CPU_SPEED, LABEL_KIND)
 ANNOTATIONS = (
     ANNOTATION_PROGRESS_FILE, ANNOTATION_CHECKPOINT_DIR, ANNOTATION_METRICS_CSV,
     ANNOTATION_LOSS_REGEX,

@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from specon import names
 from specon.core.categorize import Category
+from specon.kinds import KIND_PATTERN, MAX_KIND
 
 #: What this release sends; it accepts ``specon/v1`` and ``specon/v1.<minor>``.
 PROTOCOL = "specon/v1"
@@ -130,6 +131,10 @@ class JobReport(_Wire):
     #: will not run to completion (``specon whatif`` leaves it out). False from agents older
     #: than this field.
     ending: bool = False
+    #: The job's kind (specon.kinds: its pod's ``specon.io/kind`` label, else its container's
+    #: image): the manager takes a new pod of the same kind to be like it. None: not known,
+    #: and from agents older than this field.
+    kind: Annotated[str, Field(max_length=MAX_KIND, pattern=KIND_PATTERN)] | None = None
 
 
 class Heartbeat(_Wire):

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from specon import names
+from specon.kinds import container_image, job_kind
 from specon.qos_annotations import QosSpec, parse_timestamp, read, total_steps
 
 from .actuators.base import bare_id
@@ -64,6 +65,7 @@ class Target:
     qos_error: str | None = None  # why the stated one was refused (the agent logs it once)
     created: float | None = None  # the pod's (container's) creation, seconds since the epoch
     total_steps: int | None = None  # the steps it declares it runs in all (specon.io/total-steps)
+    kind: str | None = None  # specon.kinds: its specon.io/kind label, else its image
     #: Its pod is being deleted (``deletionTimestamp``): followed to its end (its limit is put
     #: back, its last checkpoint verified), but no longer a job that will run to completion.
     ending: bool = False
@@ -209,6 +211,7 @@ class DockerDiscovery(_Watcher):
             migratable=labels.get(names.LABEL_MIGRATABLE) == "true",
             loss_regex=labels.get(ANNOTATION_REGEX) or None,
             qos=qos, qos_error=problem, created=created, total_steps=total_steps(labels),
+            kind=job_kind(labels, (attrs.get("Config") or {}).get("Image")),
         )
 
     def list(self) -> list[Target]:
@@ -294,6 +297,7 @@ def pod_targets(
             loss_regex=ann.get(ANNOTATION_REGEX) or None,
             qos=qos, qos_error=problem, created=created, total_steps=total_steps(ann),
             ending=meta.get("deletionTimestamp") is not None,
+            kind=job_kind(labels, container_image(pod, cs.get("name", ""))),
         ))
     return out
 

@@ -60,7 +60,7 @@ def job_report(job: FollowedJob, view: JobView, now: float, limit: float,
                      else None),
         demand_cores=job.cap,
         predicted_finish_s=job_eta(job),
-        checkpoint=checkpoint, total_steps=t.total_steps, ending=job.ending,
+        checkpoint=checkpoint, total_steps=t.total_steps, ending=job.ending, kind=t.kind,
         # an engine's zero time (year 1) is no creation time: the report must stay valid
         created=t.created if t.created is not None and t.created >= 0 else None))
 

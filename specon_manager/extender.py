@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from specon_manager.job_keys import is_training_pod, pod_key, reservation_key
+from specon.kinds import pod_kind
+from specon_manager.job_keys import is_training_pod, kind_key, pod_key, reservation_key
 from specon_manager.node_table import MAX_PRIORITY
 from specon_manager.qos_book import QosBook
 from specon_manager.state import ClusterState
@@ -239,4 +240,7 @@ def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_nam
         return state.encoded_scores(names, [MAX_PRIORITY if n == res.target else 0
                                             for n in names])
     spec = qos.observe(pod) if qos is not None else None
-    return state.encoded_priorities(names, qos=spec is not None)
+    kind = pod_kind(pod)
+    meta = pod.get("metadata") or {}
+    key = kind_key(str(meta.get("namespace") or "default"), kind) if kind else None
+    return state.encoded_priorities(names, qos=spec is not None, kind=key)

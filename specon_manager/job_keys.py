@@ -19,6 +19,12 @@ def pod_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
+def kind_key(namespace: str, kind: str) -> str:
+    """A job kind within its namespace (specon.kinds): a pod is placed by the jobs of its own
+    namespace only, so what one tenant's pods report never steers another's placement."""
+    return f"{namespace}/{kind}"
+
+
 def job_key(pod: Mapping[str, Any]) -> str:
     """The identity of the job a pod runs: its controlling Job, StatefulSet or ReplicaSet, else
     the pod itself.

@@ -7,7 +7,7 @@ import functools
 
 from specon.core.categorize import Category
 from specon.wire import Heartbeat
-from specon_manager.job_keys import pod_key
+from specon_manager.job_keys import kind_key, pod_key
 
 #: A kept heartbeat's JSON may be at most this many bytes per job (plus one such allowance):
 #: a padded body is re-encoded, so the memory a node costs follows what it reports.
@@ -28,8 +28,8 @@ class NodeRecord:
     objects that the garbage collector walks on every full collection, as JSON about 15 KB
     and one object. What the extender and the metrics need is summed at record time."""
 
-    __slots__ = ("boot", "categories", "cpus", "load", "node", "pods", "qos", "raw", "received",
-                 "seq", "time", "work")
+    __slots__ = ("boot", "categories", "cpus", "kinds", "load", "node", "pods", "qos", "raw",
+                 "received", "seq", "time", "work")
 
     def __init__(self, hb: Heartbeat, received: float, raw: bytes | None = None) -> None:
         if raw is None or len(raw) > RAW_BYTES_PER_JOB * (1 + len(hb.jobs)):
@@ -39,6 +39,8 @@ class NodeRecord:
         self.node, self.seq, self.time, self.boot = hb.node, hb.seq, hb.time, hb.boot
         self.load = min(1.0, hb.load_cores / hb.capacity_cpus)
         self.pods = tuple([pod_key(j.namespace, j.pod) for j in hb.jobs])
+        self.kinds = frozenset(kind_key(j.namespace, j.kind) for j in hb.jobs
+                               if j.kind is not None)
         cats = dict.fromkeys(_CATEGORIES, 0)
         qos: dict[str, int] = {}
         for j in hb.jobs:

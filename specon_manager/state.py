@@ -17,11 +17,12 @@ import numpy.typing as npt
 from specon.core.categorize import Category
 from specon.core.progress import (
     CANDIDATES,
+    JobLoad,
     NodeLoad,
     load_key,
+    new_job_load,
     placement_scores,
     reported_load,
-    typical_load,
 )
 from specon.core.qos_rules import qos_priorities
 from specon.core.scoring import (
@@ -37,12 +38,15 @@ from specon_manager.heartbeat_order import Kept, Retired, newer
 
 # Re-exported: specon_manager.migration still imports these two from here.
 from specon_manager.job_keys import ANNOTATION_MIGRATION_ID as ANNOTATION_MIGRATION_ID
+from specon_manager.job_keys import kind_key
 from specon_manager.job_keys import pod_key as pod_key
 from specon_manager.node_record import NodeRecord
 from specon_manager.node_table import MAX_PRIORITY, NodeTable, finish
 
 #: The placement rules the extender runs, by name (a policy's ``placement``).
-PLACEMENTS: dict[str, Callable[[ClusterState, list[str], int], list[int]]] = {}
+PLACEMENTS: dict[str, Callable[[ClusterState, list[str], int, str | None], list[int]]] = {}
+#: A new pod's kind is read from the jobs of at most this many nodes that run jobs of it.
+KIND_NODES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,9 @@ class ClusterState:
     _requests: dict[str, dict[str, CheckpointRequest]] = field(default_factory=dict)
     #: Per node, the boot ids of agents replaced within the reorder window, and when.
     _retired: dict[str, Retired] = field(default_factory=dict)
+    #: Per job kind in its namespace (job_keys.kind_key), the nodes whose kept heartbeat
+    #: reports a job of it.
+    _kinds: dict[str, set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- heartbeats -----------------------------------------------------------------------------
@@ -105,6 +112,9 @@ class ClusterState:
                 for key in old.pods:
                     if self._where.get(key) == hb.node:
                         del self._where[key]
+                self._index_kinds(hb.node, old.kinds, rec.kinds)
+            else:
+                self._index_kinds(hb.node, frozenset(), rec.kinds)
             for key in rec.pods:
                 self._where[key] = hb.node
             self._nodes[hb.node] = rec
@@ -119,27 +129,46 @@ class ClusterState:
             for key in old.pods if old is not None else ():
                 if self._where.get(key) == node:
                     del self._where[key]
+            if old is not None:
+                self._index_kinds(node, old.kinds, frozenset())
             self._table.drop(node)
 
-    # -- the extender's look-ups (no per-node objects built) ------------------------------------
-    def priorities(self, names: list[str], max_score: int) -> list[int]:
-        """The extender's priorities of these nodes for a training pod, positionally (0: no
-        fresh heartbeat), by the policy's placement rule (:data:`PLACEMENTS`)."""
-        return PLACEMENTS[self.placement](self, names, max_score)
+    def _index_kinds(self, node: str, old: frozenset[str], new: frozenset[str]) -> None:
+        """Keep :attr:`_kinds` (under the lock) as ``node``'s reported kinds go from ``old``
+        to ``new``."""
+        for kind in old - new:
+            hosts = self._kinds.get(kind)
+            if hosts is not None:
+                hosts.discard(node)
+                if not hosts:
+                    del self._kinds[kind]
+        for kind in new - old:
+            self._kinds.setdefault(kind, set()).add(node)
 
-    def _neutral_priorities(self, names: list[str], max_score: int) -> list[int]:
+    # -- the extender's look-ups (no per-node objects built) ------------------------------------
+    def priorities(self, names: list[str], max_score: int, kind: str | None = None) -> list[int]:
+        """The extender's priorities of these nodes for a training pod of ``kind`` (a
+        :func:`~specon_manager.job_keys.kind_key`; None: not known), positionally (0: no fresh
+        heartbeat), by the policy's placement rule (:data:`PLACEMENTS`)."""
+        return PLACEMENTS[self.placement](self, names, max_score, kind)
+
+    def _neutral_priorities(self, names: list[str], max_score: int,
+                            kind: str | None = None) -> list[int]:
         """Kubernetes' default placement ("spread"): every fresh node alike, so that the
         scheduler's own scoring decides."""
+        del kind
         now = self.clock()
         with self._lock:
             return [max_score if self.is_fresh(n, now) else 0 for n in names]
 
-    def _progress_priorities(self, names: list[str], max_score: int) -> list[int]:
-        """The progress-aware placement (specon.core.progress.placement_scores): the typical
-        job of the least loaded nodes (specon.core.progress.typical_load: the median work left
-        of the jobs reported and, where every one of those nodes is labelled with its speed,
-        the median cores they use) placed where it adds the least predicted completion, among
-        those nodes (decoded only those)."""
+    def _progress_priorities(self, names: list[str], max_score: int,
+                             kind: str | None = None) -> list[int]:
+        """The progress-aware placement (specon.core.progress.placement_scores): the new pod
+        placed where it adds the least predicted completion among the least loaded nodes
+        (decoded only those), taken as the typical job of its kind where every one of those
+        nodes is labelled with its speed and jobs of that kind are reported, else as the
+        typical job of those nodes (specon.core.progress.new_job_load: the median work left of
+        the jobs reported and, labelled, the median cores they use)."""
         now = self.clock()
         with self._lock:
             fresh = {n: self._nodes[n] for n in names if self.is_fresh(n, now)}
@@ -149,7 +178,8 @@ class ClusterState:
         order = sorted(fresh, key=lambda n: load_key(fresh[n].work, fresh[n].cpus, n))
         nodes = self.node_loads(order[:CANDIDATES])
         labelled = all(self.node_speed(n.name) is not None for n in nodes)
-        job = typical_load(nodes, max(fresh[n].cpus for n in fresh), by_cores=labelled)
+        same = self._kind_jobs(kind, now) if labelled and kind is not None else []
+        job = new_job_load(same, nodes, max(fresh[n].cpus for n in fresh), by_cores=labelled)
         scores = placement_scores(nodes, job, self.weights, max_score)
         return [scores.get(n, 1) if n in fresh else 0 for n in names]
 
@@ -187,13 +217,25 @@ class ClusterState:
             out.append(NodeLoad(name, rec.cpus, speed, jobs))
         return out
 
+    def _kind_jobs(self, kind: str, now: float) -> list[JobLoad]:
+        """The reported jobs of ``kind`` (a kind_key) on at most KIND_NODES fresh nodes, as
+        :meth:`node_loads` gives them."""
+        with self._lock:
+            hosts = [n for n in self._kinds.get(kind, ()) if self.is_fresh(n, now)][:KIND_NODES]
+            keys = {pod_key(j.namespace, j.pod) for n in hosts
+                    for j in self._nodes[n].heartbeat.jobs
+                    if j.kind is not None and kind_key(j.namespace, j.kind) == kind}
+        return [j for n in self.node_loads(hosts) for j in n.jobs if j.name in keys]
+
     def _speed(self, node: str) -> float:
         speed = self.node_speed(node)
         return DEFAULT_SPEED if speed is None else speed
 
-    def _specon_priorities(self, names: list[str], max_score: int) -> list[int]:
+    def _specon_priorities(self, names: list[str], max_score: int,
+                           kind: str | None = None) -> list[int]:
         """Algorithm 4's extender priorities; a reserved migration target counts its incoming
         job as converged."""
+        del kind
         with self._lock:
             return self._table_priorities(self._table.rows(names), False, max_score).tolist()  # type: ignore[no-any-return]
 
@@ -218,7 +260,8 @@ class ClusterState:
                 score[rows == row] += count * self.weights.of(INCOMING)
         return placement_priorities(score, t.load[rows], fresh, max_score)
 
-    def encoded_priorities(self, names: list[str], qos: bool = False) -> bytes:
+    def encoded_priorities(self, names: list[str], qos: bool = False,
+                           kind: str | None = None) -> bytes:
         """The extender's HostPriorityList (JSON bytes) of these nodes: the QoS rule's with
         ``qos``, else the policy's placement rule's. Algorithm 4's and the QoS rule are read
         from the node table and encoded there, with no per-node objects; another policy's rule
@@ -230,7 +273,7 @@ class ClusterState:
                 scores = self._table_priorities(rows, qos)
                 items = t.encoded[rows, scores]
             return finish(names, rows, scores, items)
-        return self.encoded_scores(names, self.priorities(names, MAX_PRIORITY))
+        return self.encoded_scores(names, self.priorities(names, MAX_PRIORITY, kind))
 
     def encoded_scores(self, names: list[str], scores: list[int]) -> bytes:
         """A HostPriorityList of given scores (0..MAX_PRIORITY) for these nodes."""

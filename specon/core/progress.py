@@ -412,9 +412,7 @@ def reported_load(name: str, work: float, cpus: float,
 def typical_load(nodes: Sequence[NodeLoad], cpus: float, by_cores: bool = True,
                  name: str = "new") -> JobLoad:
     """A job about to be placed as the manager can know it, nothing of its own being measured
-    before it runs: the typical job of ``nodes``, with the median work left of their jobs
-    that have work left, linear up to ``cpus`` or, ``by_cores``, up to the median of those
-    jobs' caps (the cores each showed it can use). No job reported: no work, up to ``cpus``.
+    before it runs: the typical job of ``nodes`` (:func:`typical_job` of their jobs).
 
     With the nodes' speeds known, the cap matters as much as the work: a typical job taken as
     linear up to the largest node's CPUs makes a big slow node look fast, where most jobs use
@@ -422,13 +420,39 @@ def typical_load(nodes: Sequence[NodeLoad], cpus: float, by_cores: bool = True,
     node's CPUs are the only sign of what it serves, and a one-core typical job spreads the
     jobs as if every node were as fast: on the widened suite that lost more (docs/results.md,
     "The widened suite as the manager sees it")."""
-    jobs = [j for n in nodes for j in n.jobs if j.work > 0]
-    if not jobs:
+    return typical_job([j for n in nodes for j in n.jobs], cpus, by_cores, name)
+
+
+def typical_job(jobs: Sequence[JobLoad], cpus: float, by_cores: bool = True,
+                name: str = "new") -> JobLoad:
+    """The median job of ``jobs`` that have work left: their median work left, linear up to
+    ``cpus`` or, ``by_cores``, up to the median of their caps (the cores each showed it can
+    use). None with work left: no work, up to ``cpus``."""
+    left = [j for j in jobs if j.work > 0]
+    if not left:
         return reported_load(name, 0.0, cpus)
-    works = sorted(j.work for j in jobs)
-    caps = sorted(j.cap for j in jobs)
+    works = sorted(j.work for j in left)
+    caps = sorted(j.cap for j in left)
     return reported_load(name, works[len(works) // 2], cpus,
                          cap=caps[len(caps) // 2] if by_cores else None)
+
+
+def new_job_load(same_kind: Sequence[JobLoad], nodes: Sequence[NodeLoad], cpus: float,
+                 by_cores: bool = True, name: str = "new") -> JobLoad:
+    """A new pod as the manager can know it: the typical job of its kind (``same_kind``: the
+    reported jobs of the same ``specon.io/kind`` label or image, anywhere in the cluster) where
+    the nodes' speeds are known (``by_cores``) and one of them has work left, else the typical
+    job of ``nodes`` (the least loaded: :func:`typical_load`).
+
+    In a large cluster the least loaded nodes are mostly empty, and their typical job has no
+    work: every candidate then looks alike and the largest empty node wins, a big slow one as
+    readily as a fast one (docs/results.md, "A new pod as the typical job of its kind"). Jobs
+    of one image (a sweep's trials) are alike in the cores they use and roughly in their
+    work. Without speeds the kind's work, in seconds of nodes of unknown speed, misled more
+    than it told (the same section)."""
+    if by_cores and any(j.work > 0 for j in same_kind):
+        return typical_job(same_kind, cpus, by_cores, name)
+    return typical_load(nodes, cpus, by_cores, name)
 
 
 def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,

@@ -45,3 +45,10 @@ def test_the_heartbeat_reports_a_job_whose_pod_is_being_deleted_as_ending() -> N
     assert ending == {"a": True, "b": True, "c": True}
     agent.handle(Arrived(Target(cid="d" * 64, namespace="ns", pod="d")), 4.0)
     assert {r.pod: r.ending for r in agent.heartbeat(5.0).jobs}["d"] is False
+
+
+def test_the_heartbeat_reports_each_jobs_kind() -> None:
+    agent = Agent(LoopConfig(node="n"), Actuator(node_cpus=2), Meter())  # type: ignore[arg-type]
+    agent.handle(Arrived(Target(cid="a" * 64, namespace="ns", pod="a", kind="img:1")), 0.0)
+    agent.handle(Arrived(Target(cid="b" * 64, namespace="ns", pod="b")), 0.0)
+    assert {r.pod: r.kind for r in agent.heartbeat(1.0).jobs} == {"a": "img:1", "b": None}

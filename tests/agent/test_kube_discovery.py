@@ -86,6 +86,7 @@ def test_pods_of_this_node_arrive_and_depart_through_the_watch(
             ns, "job", "train", uid)
         assert ev.target.log_path == tmp_path / f"{ns}_job_{uid}" / "train" / "0.log"
         assert ev.target.log_kind == "cri"
+        assert ev.target.kind == "example.invalid/train:1"  # no specon.io/kind: the image
         # Deleted with a finalizer holding it: first it is ending (still followed), then gone.
         core.patch_namespaced_pod("job", ns, {"metadata": {"finalizers": [HOLD]}})
         core.delete_namespaced_pod("job", ns, grace_period_seconds=0)
@@ -126,6 +127,13 @@ def test_pod_targets_opt_in_rules() -> None:
     assert len(pod_targets(chart, "specon.io/training", root, None, "specon-scheduler")) == 1
     assert pod_targets(by_scheduler, "specon.io/training", root, None, "specon-scheduler") == []
     assert pod_targets(by_scheduler, "specon.io/training", root, None, "") == []
+    assert t.kind is None  # its container's spec names no image
+    imaged = {**by_label, "spec": {"containers": [{"name": "c", "image": "reg.example/t:2"}]}}
+    assert pod_targets(imaged, "specon.io/training", root, None)[0].kind == "reg.example/t:2"
+    for kind, want in (("sweep-7", "sweep-7"), ("not a kind", "reg.example/t:2")):
+        labelled = {**imaged, "metadata": {**imaged["metadata"], "labels": {
+            "specon.io/training": "true", "specon.io/kind": kind}}}
+        assert pod_targets(labelled, "specon.io/training", root, None)[0].kind == want
     waiting = {**by_label, "status": {"phase": "Running", "containerStatuses": [
         {"name": "c", "containerID": "docker://" + "a" * 64, "state": {"waiting": {}}}]}}
     assert pod_targets(waiting, "specon.io/training", root, None) == []

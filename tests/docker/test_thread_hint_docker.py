@@ -57,6 +57,7 @@ def test_a_throttled_job_follows_the_agents_thread_hint(
                  240, lambda: container.logs().decode(errors="replace"))
         target = DockerDiscovery(engine, label).target(engine.api.inspect_container(container.id))
         assert target is not None and target.checkpoint_dir == shared / "ck"
+        assert target.kind == base_image  # no specon.io/kind label: the container's image
         actuator = DockerActuator(engine, node_cpus=NODE_CPUS)
         agent = Agent(LoopConfig(node="hint"), actuator, CpuMeter())
         agent.handle(Arrived(target), time.time())

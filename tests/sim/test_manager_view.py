@@ -2,7 +2,9 @@
 --manager-view): placement and moves see each node as the manager does
 (specon_manager.state.node_loads), with its per-core speed only where its specon.io/cpu-speed
 label gives it, every job linear up to the cores it keeps busy, and a new job as the typical
-one (the median work left and cores used), not its own work and speed-up table."""
+one (the median work left and cores used) of its kind where the nodes are labelled and jobs of
+its kind (its profile, as a pod's image) run, else of the least loaded nodes: not its own work
+and speed-up table."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ def test_placement_sees_the_nodes_as_the_manager_does(labelled: bool,
     speeds = {w.speed for w in wl.cluster.workers}
     assert len(speeds) > 1  # a cluster whose per-core speeds differ
     original, seen = PLACEMENTS["progress"], []
+    kinds: list[bool] = []  # whether a job of the new one's kind ran somewhere
 
     def place(sim, job, fits):  # type: ignore[no-untyped-def]
         nodes = [inputs.reserved_node(sim, w) for w in fits]
@@ -39,8 +42,12 @@ def test_placement_sees_the_nodes_as_the_manager_does(labelled: bool,
                 assert jl.work == pytest.approx(inputs.work_left(j) * scale)
                 assert jl.cap == inputs.demand_on(j, w)
                 assert jl.curve.at(jl.cap) == pytest.approx(jl.cap)  # linear: no table
-        new = inputs.manager_placement_load(sim, nodes)
-        busy = [j for n in least_loaded(nodes, CANDIDATES) for j in n.jobs if j.work > 0]
+        new = inputs.manager_placement_load(sim, nodes, job)
+        same = [j for n in nodes for j in n.jobs if j.work > 0
+                and sim.jobs[j.name].spec.profile == job.spec.profile]
+        kinds.append(bool(same))
+        busy = same if same and labelled else [
+            j for n in least_loaded(nodes, CANDIDATES) for j in n.jobs if j.work > 0]
         works, caps = sorted(j.work for j in busy), sorted(j.cap for j in busy)
         assert (new.name, new.work) == ("new", works[len(works) // 2] if works else 0.0)
         most = max(w.cpus for w in fits)
@@ -52,6 +59,7 @@ def test_placement_sees_the_nodes_as_the_manager_does(labelled: bool,
     cfg = SimConfig(record_timeline=False, manager_view=True, labelled_speeds=labelled)
     res = run_one(wl, "progress", cfg, 0)
     assert len(seen) >= len(wl.jobs) and all(j.finish_s is not None for j in res.jobs)
+    assert any(kinds) and not all(kinds)  # both forms were exercised
 
 
 def test_without_labels_the_manager_packs_slow_nodes_as_if_they_were_fast() -> None:

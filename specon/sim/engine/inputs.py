@@ -16,8 +16,8 @@ from specon.core.progress import (
     NodeLoad,
     behind_equal_share,
     least_loaded,
+    new_job_load,
     reported_load,
-    typical_load,
 )
 from specon.core.scoring import WorkerView, worker_view
 from specon.core.urgency import GIVEN_UP, ON_TRACK, Assessment, assess, urgency
@@ -120,12 +120,17 @@ def manager_node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLo
     return NodeLoad(w.name, w.cpus, speed, tuple(jobs))
 
 
-def manager_placement_load(sim: Simulator, nodes: Sequence[NodeLoad]) -> JobLoad:
+def manager_placement_load(sim: Simulator, nodes: Sequence[NodeLoad], job: Job) -> JobLoad:
     """A new job as the manager's extender sees it (specon_manager.state): the typical job of
-    the CANDIDATES least loaded nodes (specon.core.progress.typical_load), by the cores the
-    jobs use where the nodes are labelled with their speeds."""
-    return typical_load(least_loaded(nodes, CANDIDATES), max(n.cpus for n in nodes),
-                        by_cores=sim.cfg.labelled_speeds)
+    its kind (its profile, as a pod's image) among the jobs of ``nodes`` where the workers are
+    labelled with their speeds, else the typical job of the CANDIDATES least loaded
+    (specon.core.progress.new_job_load)."""
+    labelled = sim.cfg.labelled_speeds
+    kind = job.spec.profile
+    same = [j for n in nodes for j in n.jobs
+            if j.name in sim.jobs and sim.jobs[j.name].spec.profile == kind] if labelled else []
+    return new_job_load(same, least_loaded(nodes, CANDIDATES), max(n.cpus for n in nodes),
+                        by_cores=labelled)
 
 
 def fits(sim: Simulator, job: Job) -> list[Worker]:

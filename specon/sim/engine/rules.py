@@ -130,7 +130,7 @@ def _progress_place(sim: Simulator, job: Job, fits: list[Worker]) -> str:
     """Where the job adds the least predicted completion (specon.core.progress.choose_node)."""
     nodes = [inputs.reserved_node(sim, w) for w in fits]
     if sim.cfg.manager_view:
-        load = inputs.manager_placement_load(sim, nodes)
+        load = inputs.manager_placement_load(sim, nodes, job)
     elif len(fits) == 1:
         load = inputs.load(sim, job, fits[0])
     else:
