@@ -17,6 +17,7 @@ import numpy.typing as npt
 from specon.core.categorize import Category
 from specon.core.progress import (
     CANDIDATES,
+    KIND_NODES,
     JobLoad,
     NodeLoad,
     load_key,
@@ -45,8 +46,6 @@ from specon_manager.node_table import MAX_PRIORITY, NodeTable, finish
 
 #: The placement rules the extender runs, by name (a policy's ``placement``).
 PLACEMENTS: dict[str, Callable[[ClusterState, list[str], int, str | None], list[int]]] = {}
-#: A new pod's kind is read from the jobs of at most this many nodes that run jobs of it.
-KIND_NODES = 64
 
 
 @dataclass(frozen=True, slots=True)

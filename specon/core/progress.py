@@ -236,6 +236,9 @@ def backlog(node: NodeLoad) -> float:
 
 #: How many nodes, the least loaded, placement and moves look at (a large cluster's cost).
 CANDIDATES = 16
+#: A new pod's kind is read from the jobs of at most this many nodes that run jobs of it
+#: (:func:`new_job_load`; the same cost as the candidates').
+KIND_NODES = 16
 
 
 def load_key(work: float, capacity: float, name: str) -> tuple[float, float, str]:
@@ -440,7 +443,8 @@ def typical_job(jobs: Sequence[JobLoad], cpus: float, by_cores: bool = True,
 def new_job_load(same_kind: Sequence[JobLoad], nodes: Sequence[NodeLoad], cpus: float,
                  by_cores: bool = True, name: str = "new") -> JobLoad:
     """A new pod as the manager can know it: the typical job of its kind (``same_kind``: the
-    reported jobs of the same ``specon.io/kind`` label or image, anywhere in the cluster) where
+    reported jobs of the same ``specon.io/kind`` label or image in its namespace, on at most
+    KIND_NODES nodes anywhere in the cluster) where
     the nodes' speeds are known (``by_cores``) and one of them has work left, else the typical
     job of ``nodes`` (the least loaded: :func:`typical_load`).
 

@@ -13,11 +13,12 @@ import pytest
 from managerlib import heartbeat, job
 
 from specon.core.policy import lookup
+from specon.core.progress import KIND_NODES
 from specon.names import LABEL_CPU_SPEED, LABEL_KIND
 from specon.wire import Heartbeat
 from specon_manager.extender import prioritize_nodes
 from specon_manager.node_speed import NodeSpeeds
-from specon_manager.state import KIND_NODES, ClusterState
+from specon_manager.state import ClusterState
 
 SPEEDS = {"fast": 2.0, "big": 0.5, "busy": 0.5}
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from specon.core.predict import fit_curve
 from specon.core.progress import (
     CANDIDATES,
+    KIND_NODES,
     JobLoad,
     NodeLoad,
     behind_equal_share,
@@ -127,8 +128,13 @@ def manager_placement_load(sim: Simulator, nodes: Sequence[NodeLoad], job: Job) 
     (specon.core.progress.new_job_load)."""
     labelled = sim.cfg.labelled_speeds
     kind = job.spec.profile
-    same = [j for n in nodes for j in n.jobs
-            if j.name in sim.jobs and sim.jobs[j.name].spec.profile == kind] if labelled else []
+    same: list[JobLoad] = []
+    hosts = 0
+    for n in nodes if labelled else ():
+        mine = [j for j in n.jobs if j.name in sim.jobs and sim.jobs[j.name].spec.profile == kind]
+        if mine and hosts < KIND_NODES:  # as the manager reads them: KIND_NODES nodes at most
+            same += mine
+            hosts += 1
     return new_job_load(same, least_loaded(nodes, CANDIDATES), max(n.cpus for n in nodes),
                         by_cores=labelled)
 
