@@ -39,8 +39,13 @@ class NodeRecord:
         self.node, self.seq, self.time, self.boot = hb.node, hb.seq, hb.time, hb.boot
         self.load = min(1.0, hb.load_cores / hb.capacity_cpus)
         self.pods = tuple([pod_key(j.namespace, j.pod) for j in hb.jobs])
-        self.kinds = frozenset(kind_key(j.namespace, j.kind) for j in hb.jobs
-                               if j.kind is not None)
+        #: Each job kind it reports (job_keys.kind_key), with the pods of that kind.
+        kinds: dict[str, list[str]] = {}
+        for j in hb.jobs:
+            if j.kind is not None:
+                kinds.setdefault(kind_key(j.namespace, j.kind), []).append(
+                    pod_key(j.namespace, j.pod))
+        self.kinds = {k: frozenset(v) for k, v in kinds.items()}
         cats = dict.fromkeys(_CATEGORIES, 0)
         qos: dict[str, int] = {}
         for j in hb.jobs:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -39,7 +40,6 @@ from specon_manager.heartbeat_order import Kept, Retired, newer
 
 # Re-exported: specon_manager.migration still imports these two from here.
 from specon_manager.job_keys import ANNOTATION_MIGRATION_ID as ANNOTATION_MIGRATION_ID
-from specon_manager.job_keys import kind_key
 from specon_manager.job_keys import pod_key as pod_key
 from specon_manager.node_record import NodeRecord
 from specon_manager.node_table import MAX_PRIORITY, NodeTable, finish
@@ -111,9 +111,8 @@ class ClusterState:
                 for key in old.pods:
                     if self._where.get(key) == hb.node:
                         del self._where[key]
-                self._index_kinds(hb.node, old.kinds, rec.kinds)
-            else:
-                self._index_kinds(hb.node, frozenset(), rec.kinds)
+            self._index_kinds(hb.node, old.kinds.keys() if old is not None else set(),
+                              rec.kinds.keys())
             for key in rec.pods:
                 self._where[key] = hb.node
             self._nodes[hb.node] = rec
@@ -129,10 +128,10 @@ class ClusterState:
                 if self._where.get(key) == node:
                     del self._where[key]
             if old is not None:
-                self._index_kinds(node, old.kinds, frozenset())
+                self._index_kinds(node, old.kinds.keys(), set())
             self._table.drop(node)
 
-    def _index_kinds(self, node: str, old: frozenset[str], new: frozenset[str]) -> None:
+    def _index_kinds(self, node: str, old: AbstractSet[str], new: AbstractSet[str]) -> None:
         """Keep :attr:`_kinds` (under the lock) as ``node``'s reported kinds go from ``old``
         to ``new``."""
         for kind in old - new:
@@ -221,9 +220,7 @@ class ClusterState:
         :meth:`node_loads` gives them."""
         with self._lock:
             hosts = [n for n in self._kinds.get(kind, ()) if self.is_fresh(n, now)][:KIND_NODES]
-            keys = {pod_key(j.namespace, j.pod) for n in hosts
-                    for j in self._nodes[n].heartbeat.jobs
-                    if j.kind is not None and kind_key(j.namespace, j.kind) == kind}
+            keys = frozenset().union(*(self._nodes[n].kinds[kind] for n in hosts))
         return [j for n in self.node_loads(hosts) for j in n.jobs if j.name in keys]
 
     def _speed(self, node: str) -> float:

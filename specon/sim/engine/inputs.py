@@ -131,8 +131,10 @@ def manager_placement_load(sim: Simulator, nodes: Sequence[NodeLoad], job: Job) 
     same: list[JobLoad] = []
     hosts = 0
     for n in nodes if labelled else ():
+        if hosts == KIND_NODES:  # as the manager reads them: KIND_NODES nodes at most
+            break
         mine = [j for j in n.jobs if j.name in sim.jobs and sim.jobs[j.name].spec.profile == kind]
-        if mine and hosts < KIND_NODES:  # as the manager reads them: KIND_NODES nodes at most
+        if mine:
             same += mine
             hosts += 1
     return new_job_load(same, least_loaded(nodes, CANDIDATES), max(n.cpus for n in nodes),
