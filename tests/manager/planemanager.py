@@ -79,6 +79,22 @@ class Api:
         # Operator's, seen once in CI) may have none, which events.k8s.io/v1 then omits.
         return [e.get("reason", "") for e in self.event_items(ns)]
 
+    def changes(self, path: str, since: str, seconds: int = 2) -> list[dict[str, Any]]:
+        """Every watch event of the collection at ``path`` after resourceVersion ``since``, in
+        order (the API server replays them from its watch cache), read until the server ends
+        the watch after ``seconds``. Unlike polls, no change between two reads is missed."""
+        out: list[dict[str, Any]] = []
+        params = {"watch": "1", "resourceVersion": since, "timeoutSeconds": str(seconds)}
+        with self.http.stream("GET", path, params=params, timeout=seconds + 10) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if line.strip():
+                    event = json.loads(line)
+                    # an expired resourceVersion comes back as an ERROR event (410 Gone)
+                    assert event["type"] != "ERROR", event
+                    out.append(event)
+        return out
+
     def close(self) -> None:
         self.http.close()
 
