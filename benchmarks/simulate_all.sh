@@ -41,15 +41,16 @@ $PY benchmarks/suite.py --family widened --first 12 --workloads 30 --seeds 3 \
 $PY benchmarks/suite.py --family widened --first 12 --workloads 30 --seeds 3 --noise standard \
   --policies default,progress --out docs/results/suite-widened-unseen-noisy.json \
   | tee docs/results/suite-widened-unseen-noisy.txt
-# as the manager sees it, nodes labelled or not (docs/results.md "as the manager sees it")
+# as the manager sees it (docs/results.md "as the manager sees it")
 manager() {  # file name, then suite.py's arguments
   local name=$1
   shift
   { echo "python benchmarks/suite.py $*"; echo; $PY benchmarks/suite.py "$@" --out "results/$name.json"; } \
     | tee "docs/results/$name.txt"
 }
-for labels in "" --unlabelled; do
-  tag=${labels:+-unlabelled}
+# nodes labelled; not labelled (the agents' measured speeds); neither (agents before the probe)
+for labels in "" --unlabelled "--unlabelled --unmeasured"; do
+  case $labels in "") tag= ;; --unlabelled) tag=-unlabelled ;; *) tag=-unmeasured ;; esac
   manager "suite-widened-manager$tag" --family widened --workloads 12 --manager-view $labels \
     --policies default,progress,oracle --seeds 3
   manager "suite-widened-manager$tag-noisy" --family widened --workloads 12 --manager-view \

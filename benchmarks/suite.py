@@ -172,8 +172,14 @@ def main() -> None:
                     "a new job as the typical one, node speeds from their labels "
                     "(SimConfig.manager_view)")
     ap.add_argument("--unlabelled", action="store_true",
-                    help="with --manager-view: no node carries specon.io/cpu-speed (every "
+                    help="with --manager-view: no node carries specon.io/cpu-speed (each "
+                    "node's speed as its agent measured it)")
+    ap.add_argument("--unmeasured", action="store_true",
+                    help="with --unlabelled: no agent measures its node's speed either (every "
                     "node at speed 1 as the manager sees it)")
+    ap.add_argument("--speed-error", type=float, default=None,
+                    help="with --unlabelled: each measured speed off by up to this share of "
+                    "the true one (SimConfig.speed_error)")
     ap.add_argument("--out", type=Path, default=None,
                     help="default: docs/results/suite.json (suite-noisy-NOISE.json with --noise)")
     a = ap.parse_args()
@@ -198,9 +204,16 @@ def main() -> None:
         cfg["qos_over_shares"] = True
     if a.unlabelled and not a.manager_view:
         ap.error("--unlabelled needs --manager-view")
+    if (a.unmeasured or a.speed_error is not None) and not a.unlabelled:
+        ap.error("--unmeasured and --speed-error need --unlabelled")
     if a.manager_view:
         cfg["manager_view"] = True
         cfg["labelled_speeds"] = not a.unlabelled
+        if a.unlabelled:
+            cfg["measured_speeds"] = not a.unmeasured
+        if a.unlabelled and not a.unmeasured:
+            cfg["speed_error"] = (SimConfig().speed_error if a.speed_error is None
+                                  else a.speed_error)
     if a.out is None:
         name = "suite.json" if a.noise == "none" else f"suite-noisy-{a.noise}.json"
         a.out = ROOT / "docs" / "results" / name

@@ -107,20 +107,22 @@ def _target(target: str) -> tuple[str, object]:
 
 def _config(
     alpha: float | None, interval: float | None, beta: float | None, timeline: bool,
-    manager_view: bool = False, unlabelled: bool = False,
+    manager_view: bool = False, unlabelled: bool = False, unmeasured: bool = False,
 ) -> SimConfig:
     base = SimConfig()
     if beta is not None and not (math.isfinite(beta) and beta >= 1):
         raise UsageError(f"--beta: must be a number >= 1, got {beta}")
     if unlabelled and not manager_view:
         raise UsageError("--unlabelled: only with --manager-view")
+    if unmeasured and not unlabelled:
+        raise UsageError("--unmeasured: only with --unlabelled")
     try:
         return SimConfig(
             alpha=base.alpha if alpha is None else alpha,
             interval_s=base.interval_s if interval is None else interval,
             flowcon_beta=base.flowcon_beta if beta is None else beta,
             record_timeline=timeline, manager_view=manager_view,
-            labelled_speeds=not unlabelled,
+            labelled_speeds=not unlabelled, measured_speeds=not unmeasured,
         )
     except ValueError as exc:
         flag = "--interval" if "interval" in str(exc) else "--alpha"
@@ -259,7 +261,11 @@ def simulate(
         help="Placement and moves see what the installed manager sees: no speed-up tables, a "
         "new job as the typical one, node speeds as labelled (docs/results.md).")] = False,
     unlabelled: Annotated[bool, typer.Option(
-        help="With --manager-view: no node carries specon.io/cpu-speed.")] = False,
+        help="With --manager-view: no node carries specon.io/cpu-speed (each node's speed as "
+        "its agent measured it).")] = False,
+    unmeasured: Annotated[bool, typer.Option(
+        help="With --unlabelled: no agent measured its node's speed either (every node at "
+        "speed 1).")] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the comparison as JSON on stdout instead of the tables (per "
         "policy: each metric's mean, 95% interval, change against default, headroom captured; "
@@ -286,7 +292,7 @@ def simulate(
         from specon.sim.sweep import best_rows, parse_sweep, run_sweep
 
         grid = parse_sweep(sweep)
-        if manager_view or unlabelled:
+        if manager_view or unlabelled or unmeasured:
             raise UsageError("--manager-view: not used with --sweep")
         for flag, value in (("--alpha", alpha), ("--interval", interval), ("--beta", beta)):
             if value is not None:
@@ -302,7 +308,7 @@ def simulate(
                 "files": [str(out_dir / "sweep.json")]}), indent=1))
         return
     cfg = _config(alpha, interval, beta, timeline=plots, manager_view=manager_view,
-                  unlabelled=unlabelled)
+                  unlabelled=unlabelled, unmeasured=unmeasured)
     _writable_dir("--out", out_dir)
     position = {s: i + 1 for i, s in reversed(list(enumerate(seed_list)))}
     with _progress() as prog:

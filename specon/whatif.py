@@ -47,7 +47,8 @@ class NodeIn(_In):
     name: Annotated[str, Field(min_length=1, max_length=253)]
     cpus: Cores
     fresh: bool = True
-    #: Its specon.io/cpu-speed label (specon.cpu_speed); None: unlabelled, taken at 1.
+    #: Its specon.io/cpu-speed label (specon.cpu_speed), else its agent's measured speed;
+    #: None: neither, taken at 1.
     speed: Annotated[float, Field(ge=MIN_SPEED, le=MAX_SPEED, allow_inf_nan=False)] | None = None
 
 
@@ -176,7 +177,8 @@ def notes(counts: dict[str, int], inp: WhatifInput | None = None) -> list[str]:
         f", a move {inp.move_cost_s:g} s in all as the manager charges it")
     out = ["all jobs start now with their work left; each policy places them afresh (the "
            "simulator does not keep today's placement); each node at the speed its "
-           "specon.io/cpu-speed label gives, else 1 (a job's measured step cost is scaled by "
+           "specon.io/cpu-speed label gives, else its agent measured, else 1 (a job's measured "
+           "step cost is scaled by "
            "its node's)",
            f"speed-up linear up to the cores a job showed it can use; checkpoint and restore "
            f"{each:g} s each{told}"]

@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from specon import names
 from specon.core.categorize import Category
+from specon.cpu_speed import MAX_SPEED, MIN_SPEED
 from specon.kinds import KIND_PATTERN, MAX_KIND
 
 #: What this release sends; it accepts ``specon/v1`` and ``specon/v1.<minor>``.
@@ -150,6 +151,11 @@ class Heartbeat(_Wire):
     load_cores: NonNeg
     jobs: Annotated[list[JobReport], Field(max_length=MAX_JOBS_PER_HEARTBEAT)] = []
     actuator: Annotated[str, Field(max_length=32)] = ""
+    #: The node's per-core speed as its agent measured it (specon_agent.speed_probe), on the
+    #: probe's scale; the manager uses it where the node has no ``specon.io/cpu-speed`` label.
+    #: None: not measured, and from agents older than this field.
+    cpu_speed: Annotated[float, Field(ge=MIN_SPEED, le=MAX_SPEED, allow_inf_nan=False)] | None \
+        = None
 
 
 class ReallocationRequest(_Wire):

@@ -236,11 +236,22 @@ def build(settings: AgentSettings, metrics: AgentMetrics | None = None) -> tuple
         policy=settings.policy,
         stall_s=settings.loop_stall_s)
     agent = Agent(config, actuator, meter, link=link, metrics=metrics, limit_events=events)
+    set_cpu_speed(agent, agent.speed_probe.probe())
+    if agent.cpu_speed is not None:
+        log.info("node %s: per-core speed %.3g as measured (specon.io/cpu-speed, where "
+                 "labelled, is used instead)", settings.node_name, agent.cpu_speed)
     log.info("specon-agent %s mode on node %s: policy %s, %s, actuator %s (%.3g CPUs), CPU "
              "use from %s, manager %s", settings.mode, settings.node_name, settings.policy,
              "observing (no limit is written)" if actuator.observing else "enforcing",
              actuator.name, actuator.node_cpus, meter.source, settings.manager_url or "none")
     return agent, discovery
+
+
+def set_cpu_speed(agent: Agent, speed: float | None) -> None:
+    """The node's measured per-core speed into the agent's heartbeats and metrics."""
+    agent.cpu_speed = speed
+    if speed is not None:
+        agent.metrics.node_cpu_speed.set(speed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -279,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     discovery.start(agent.events)
     if agent.link is not None:
         agent.link.start()
+    threading.Thread(target=agent.speed_probe.run, name="speed-probe", daemon=True,
+                     args=(stop, lambda speed: set_cpu_speed(agent, speed))).start()
     try:
         agent.run(stop)
     finally:

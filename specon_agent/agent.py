@@ -55,6 +55,7 @@ from .qos_tracker import JobQos
 from .reporting import count_reading, job_key, job_report, limit_note, publish_metrics
 from .reporting import fmt as _fmt
 from .share_step import divide
+from .speed_probe import SpeedProbe
 from .tenancy import count_refusals
 from .threads import write_thread_hint
 
@@ -94,6 +95,9 @@ class Agent:
         self.monotonic = monotonic
         #: This agent process, in every heartbeat: the manager hears a restarted agent at once.
         self.boot = uuid.uuid4().hex
+        #: The node's per-core speed, reported in every heartbeat (specon_agent.speed_probe).
+        self.speed_probe = SpeedProbe()
+        self.cpu_speed: float | None = None
         # CPU counters are in nanoseconds (cgroup cpu.stat, Docker's stats).
         self.control = NodeController(config.flow_params(), config.alpha, per_second=1e9)
         self.policy = agent_policy(config.policy)
@@ -445,7 +449,7 @@ class Agent:
         return Heartbeat(
             node=self.config.node, time=now, seq=self.seq, capacity_cpus=self.actuator.node_cpus,
             load_cores=sum(r.cpu_cores for r in reports), jobs=reports,
-            actuator=self.actuator.name, boot=self.boot)
+            actuator=self.actuator.name, boot=self.boot, cpu_speed=self.cpu_speed)
 
     def _publish(self, now: float) -> None:
         publish_metrics(self.metrics, self.control, self.jobs, self.actuator.node_cpus,

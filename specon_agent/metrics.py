@@ -64,6 +64,10 @@ class AgentMetrics:
         self.jobs = Gauge("specon_agent_jobs", "Training jobs on this node, by category.",
                           ["category"], registry=r)
         self.node_cpus = Gauge("specon_agent_node_cpus", "CPUs of this node.", registry=r)
+        self.node_cpu_speed = Gauge(
+            "specon_agent_node_cpu_speed_ratio",
+            "This node's per-core speed as the agent measured it at start (1: the probe's "
+            "reference core).", registry=r)
         self.limit_writes = Counter(
             "specon_agent_limit_writes_total", "CPU limit writes that changed a limit.",
             ["direction"], registry=r)

@@ -10,14 +10,20 @@ the label is read from the manager's node watch cache (no API request per look-u
 
 A value that is not a number in [MIN_SPEED, MAX_SPEED] (specon.cpu_speed) counts as no label
 and is logged once per node and value: a typo must not make a node look a thousand times
-faster. A node without a (sane) label is taken at DEFAULT_SPEED, and the placement knows that
-its speed is a guess (specon.core.progress.typical_load).
+faster.
+
+A node without a (sane) label is taken at the speed its agent measured
+(specon_agent.speed_probe, ``Heartbeat.cpu_speed``), brought onto the labels' scale
+(:func:`measured_scale`): labels are relative to whatever pool the administrator calls 1, the
+probe to its own reference core. Where neither is known the node is taken at DEFAULT_SPEED, and
+the placement knows that its speed is a guess (specon.core.progress.typical_load).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import statistics
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from specon.cpu_speed import DEFAULT_SPEED, MAX_SPEED, MIN_SPEED, parse_cpu_speed
@@ -49,3 +55,20 @@ class NodeSpeeds:
                             name, LABEL_CPU_SPEED, key[1], MIN_SPEED, MAX_SPEED,
                             DEFAULT_SPEED)
         return speed
+
+
+def measured_scale(nodes: Iterable[tuple[float | None, float | None]]) -> float | None:
+    """What a measured speed is multiplied by to be on the labels' scale, from each node's
+    (label's speed, measured speed): 1 where no node is labelled (the probe's scale is the
+    only one); the median of label / measured over the nodes that have both; None where nodes
+    are labelled but none of them measured (agents older than the probe): an unlabelled node's
+    measured speed cannot be put on the labels' scale and is not used."""
+    ratios, labelled = [], False
+    for label, measured in nodes:
+        if label is not None:
+            labelled = True
+            if measured is not None:
+                ratios.append(label / measured)
+    if not labelled:
+        return 1.0
+    return statistics.median(ratios) if ratios else None

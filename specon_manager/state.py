@@ -6,6 +6,7 @@ from: the kept heartbeats (:mod:`specon_manager.node_record`), the extender's co
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -34,7 +35,7 @@ from specon.core.scoring import (
     placement_priorities,
     worker_view,
 )
-from specon.cpu_speed import DEFAULT_SPEED
+from specon.cpu_speed import DEFAULT_SPEED, MAX_SPEED, MIN_SPEED
 from specon.wire import QOS_STATES, CheckpointRequest, Heartbeat, JobReport
 from specon_manager.heartbeat_order import Kept, Retired, newer
 
@@ -42,8 +43,11 @@ from specon_manager.heartbeat_order import Kept, Retired, newer
 from specon_manager.job_keys import ANNOTATION_MIGRATION_ID as ANNOTATION_MIGRATION_ID
 from specon_manager.job_keys import pod_key as pod_key
 from specon_manager.node_record import NodeRecord
+from specon_manager.node_speed import measured_scale
 from specon_manager.node_table import MAX_PRIORITY, NodeTable, finish
 
+#: How often the measured speeds' scale is taken again (one pass over the nodes' labels).
+SCALE_EVERY_S = 10.0
 #: The placement rules the extender runs, by name (a policy's ``placement``).
 PLACEMENTS: dict[str, Callable[[ClusterState, list[str], int, str | None], list[int]]] = {}
 
@@ -87,6 +91,8 @@ class ClusterState:
     #: Per job kind in its namespace (job_keys.kind_key), the nodes whose kept heartbeat
     #: reports a job of it.
     _kinds: dict[str, set[str]] = field(default_factory=dict)
+    #: When the measured speeds' scale was last taken, and the scale (:meth:`known_speed`).
+    _scale: tuple[float, float | None] = (-math.inf, None)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- heartbeats -----------------------------------------------------------------------------
@@ -164,9 +170,10 @@ class ClusterState:
         """The progress-aware placement (specon.core.progress.placement_scores): the new pod
         placed where it adds the least predicted completion among the least loaded nodes
         (decoded only those), taken as the typical job of its kind where every one of those
-        nodes is labelled with its speed and jobs of that kind are reported, else as the
-        typical job of those nodes (specon.core.progress.new_job_load: the median work left of
-        the jobs reported and, labelled, the median cores they use)."""
+        nodes' speed is known (labelled, or measured by its agent) and jobs of that kind are
+        reported, else as the typical job of those nodes (specon.core.progress.new_job_load:
+        the median work left of the jobs reported and, speeds known, the median cores they
+        use)."""
         now = self.clock()
         with self._lock:
             fresh = {n: self._nodes[n] for n in names if self.is_fresh(n, now)}
@@ -175,7 +182,7 @@ class ClusterState:
         # work / cpus is the backlog with speeds too: both scale by the node's speed
         order = sorted(fresh, key=lambda n: load_key(fresh[n].work, fresh[n].cpus, n))
         nodes = self.node_loads(order[:CANDIDATES])
-        labelled = all(self.node_speed(n.name) is not None for n in nodes)
+        labelled = all(self.known_speed(n.name) is not None for n in nodes)
         same = self._kind_jobs(kind, now) if labelled and kind is not None else []
         job = new_job_load(same, nodes, max(fresh[n].cpus for n in fresh), by_cores=labelled)
         scores = placement_scores(nodes, job, self.weights, max_score)
@@ -223,8 +230,33 @@ class ClusterState:
             keys = frozenset().union(*(self._nodes[n].kinds[kind] for n in hosts))
         return [j for n in self.node_loads(hosts) for j in n.jobs if j.name in keys]
 
-    def _speed(self, node: str) -> float:
+    def known_speed(self, node: str) -> float | None:
+        """A node's per-core speed: its ``specon.io/cpu-speed`` label (:attr:`node_speed`),
+        else what its agent measured (``Heartbeat.cpu_speed``) on the labels' scale
+        (specon_manager.node_speed.measured_scale, taken again every SCALE_EVERY_S), else
+        None."""
         speed = self.node_speed(node)
+        if speed is not None:
+            return speed
+        rec = self._nodes.get(node)
+        measured = None if rec is None else rec.heartbeat.cpu_speed
+        if measured is None:
+            return None
+        scale = self._measured_scale()
+        return None if scale is None else min(MAX_SPEED, max(MIN_SPEED, measured * scale))
+
+    def _measured_scale(self) -> float | None:
+        now = self.clock()
+        at, scale = self._scale
+        if not 0 <= now - at < SCALE_EVERY_S:
+            with self._lock:
+                measured = [(n, r.heartbeat.cpu_speed) for n, r in self._nodes.items()]
+            scale = measured_scale((self.node_speed(n), m) for n, m in measured)
+            self._scale = (now, scale)
+        return scale
+
+    def _speed(self, node: str) -> float:
+        speed = self.known_speed(node)
         return DEFAULT_SPEED if speed is None else speed
 
     def _specon_priorities(self, names: list[str], max_score: int,

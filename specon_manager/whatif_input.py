@@ -83,7 +83,7 @@ def whatif_input(state: ClusterState, losses: LossHistory | None,
             continue
         fresh = state.is_fresh(node)
         nodes.append({"name": node, "cpus": hb.capacity_cpus, "load_cores": hb.load_cores,
-                      "fresh": fresh, "reported": hb.time, "speed": state.node_speed(node)})
+                      "fresh": fresh, "reported": hb.time, "speed": state.known_speed(node)})
         for j in hb.jobs:
             if j.ending and pod_key(j.namespace, j.pod) not in moving:
                 continue  # its pod is being deleted: no job to simulate to its end

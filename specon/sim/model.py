@@ -48,11 +48,15 @@ class SimConfig:
     #: Placement and moves see what the manager sees (specon_manager.state.node_loads): no
     #: speed-up table (each job linear up to the cores it keeps busy), a new job as the
     #: typical one (the median work left of the jobs on the nodes compared), and each node's
-    #: per-core speed only where its ``specon.io/cpu-speed`` label gives it
-    #: (``labelled_speeds``; else every node at 1.0, a job's work in CPU-seconds of its own
-    #: node). Off, they see the simulator's truth (speeds, tables, the new job's own work).
+    #: per-core speed where its ``specon.io/cpu-speed`` label gives it (``labelled_speeds``),
+    #: else as its agent measured it (specon_agent.speed_probe: ``measured_speeds``, the true
+    #: speed off by up to ``speed_error`` of it, drawn per node), else 1.0 (a job's work in
+    #: CPU-seconds of its own node). Off, they see the simulator's truth (speeds, tables, the
+    #: new job's own work).
     manager_view: bool = False
     labelled_speeds: bool = True
+    measured_speeds: bool = True
+    speed_error: float = 0.15
     #: The share of an equal split every job keeps under the progress-aware policy.
     fair_share: float = 0.0
     #: A move must be predicted to gain this many times what it costs.
@@ -77,6 +81,8 @@ class SimConfig:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and 0 <= v <= 1):
                 raise ValueError(f"{name} must be in [0, 1], got {v!r}")
+        if not (isinstance(self.speed_error, int | float) and 0 <= self.speed_error < 1):
+            raise ValueError(f"speed_error must be in [0, 1), got {self.speed_error!r}")
         for name in ("oversubscription_penalty", "interference", "cost_error"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and 0 <= v < 1):

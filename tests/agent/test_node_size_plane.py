@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from planelib import Plane
 
+from specon.cpu_speed import MAX_SPEED, MIN_SPEED
 from specon_agent.__main__ import build
 from specon_agent.settings import AgentSettings
 
@@ -28,6 +29,10 @@ def test_the_agent_takes_its_nodes_allocatable_cpus(plane: Plane, tmp_path: Path
     (node,) = plane.add_nodes(1, cpu="1500m", prefix=f"size-{secrets.token_hex(2)}")
     agent, _ = build(_settings(plane, node))
     assert agent.actuator.node_cpus == min(float(os.cpu_count() or 1), 1.5)
+    # and its per-core speed, measured at start, goes into every heartbeat and the metrics
+    assert agent.cpu_speed is not None and MIN_SPEED <= agent.cpu_speed <= MAX_SPEED
+    assert agent.heartbeat(0.0).cpu_speed == agent.cpu_speed
+    assert agent.metrics.node_cpu_speed._value.get() == agent.cpu_speed
 
 
 def test_an_unreadable_node_falls_back_to_the_cpus_the_agent_sees(plane: Plane) -> None:

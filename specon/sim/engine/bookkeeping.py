@@ -110,13 +110,16 @@ class Job:
 
 
 class Worker:
-    __slots__ = ("cpus", "ctl", "inflight", "jobs", "last_t", "name", "reserved", "speed")
+    __slots__ = ("cpus", "ctl", "inflight", "jobs", "last_t", "name", "reserved", "seen_speed",
+                 "speed")
 
     def __init__(self, name: str, cpus: float, speed: float, params: FlowConParams,
-                 alpha: float) -> None:
+                 alpha: float, seen_speed: float | None = None) -> None:
         self.name = name
         self.cpus = cpus
         self.speed = speed
+        #: Its speed as the manager knows it (SimConfig.manager_view: label, measured, or 1).
+        self.seen_speed = speed if seen_speed is None else seen_speed
         self.jobs: dict[str, Job] = {}
         #: The node controller the agent runs (FlowCon, categories, QoS limits); its CPU
         #: counters are each job's attained core-seconds.

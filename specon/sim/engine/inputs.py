@@ -6,6 +6,7 @@ the core's rules decide on them."""
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from specon.sim.engine.bookkeeping import Job, Worker
 
 if TYPE_CHECKING:
     from specon.sim.engine.loop import Simulator
+    from specon.sim.model import SimConfig
 
 #: Where a job that stops at its target is expected to stop before its curve can be fitted
 #: (as a share of its declared steps: most of a loss's fall comes early, docs/mission).
@@ -108,13 +110,29 @@ def reserved_node(sim: Simulator, w: Worker) -> NodeLoad:
     return manager_node(sim, w, extra) if sim.cfg.manager_view else node(sim, w, extra)
 
 
+def seen_speed(cfg: SimConfig, seed: int | None, name: str, speed: float) -> float:
+    """A worker's speed as the manager knows it (``SimConfig.manager_view``): its label's
+    (the truth), else its agent's probe's (specon_agent.speed_probe: the truth off by up to
+    ``speed_error`` of it, drawn per worker and seed), else 1 (not known)."""
+    if not cfg.manager_view or cfg.labelled_speeds:
+        return speed
+    if not cfg.measured_speeds:
+        return 1.0
+    return speed * (1.0 + cfg.speed_error * random.Random(f"{seed}:{name}:speed").uniform(-1, 1))
+
+
+def speeds_known(sim: Simulator) -> bool:
+    """Whether the manager knows each worker's speed (labelled or measured)."""
+    return sim.cfg.labelled_speeds or sim.cfg.measured_speeds
+
+
 def manager_node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLoad:
     """The worker as the manager knows it (specon_manager.state.node_loads): each job as its
     agent reports it (specon.core.progress.reported_load: linear up to the cores it keeps
-    busy, its work in CPU-seconds of this worker), times the worker's labelled speed
-    (``SimConfig.labelled_speeds``; without labels every worker is at speed 1)."""
-    speed = w.speed if sim.cfg.labelled_speeds else 1.0
-    scale = speed / w.speed  # speed-1 seconds -> this worker's CPU-seconds -> as labelled
+    busy, its work in CPU-seconds of this worker), times the worker's speed as the manager
+    knows it (:func:`seen_speed`)."""
+    speed = w.seen_speed
+    scale = speed / w.speed  # speed-1 seconds -> this worker's CPU-seconds -> as known
     jobs = [reported_load(j.spec.name, work_left(j) * scale, w.cpus, j.cat.category,
                           attained=j.done * j.cost_seen * scale, cap=demand_on(j, w))
             for j in (*w.jobs.values(), *extra)]
@@ -123,10 +141,10 @@ def manager_node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLo
 
 def manager_placement_load(sim: Simulator, nodes: Sequence[NodeLoad], job: Job) -> JobLoad:
     """A new job as the manager's extender sees it (specon_manager.state): the typical job of
-    its kind (its profile, as a pod's image) among the jobs of ``nodes`` where the workers are
-    labelled with their speeds, else the typical job of the CANDIDATES least loaded
-    (specon.core.progress.new_job_load)."""
-    labelled = sim.cfg.labelled_speeds
+    its kind (its profile, as a pod's image) among the jobs of ``nodes`` where the workers'
+    speeds are known (labelled or measured), else the typical job of the CANDIDATES least
+    loaded (specon.core.progress.new_job_load)."""
+    labelled = speeds_known(sim)
     kind = job.spec.profile
     same: list[JobLoad] = []
     hosts = 0

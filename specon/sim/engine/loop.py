@@ -59,7 +59,8 @@ class Simulator:
             max_itval_s=max(self.cfg.flowcon_max_itval_s, self.cfg.interval_s),
         )
         self.workers = {
-            ws.name: Worker(ws.name, ws.cpus, ws.speed, self.fparams, self.cfg.alpha)
+            ws.name: Worker(ws.name, ws.cpus, ws.speed, self.fparams, self.cfg.alpha,
+                            inputs.seen_speed(self.cfg, seed, ws.name, ws.speed))
             for ws in workload.cluster.workers
         }
         ninety = {name: ninety_iteration(p) for name, p in workload.profiles.items()}
