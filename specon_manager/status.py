@@ -122,6 +122,14 @@ def _bars(rows: list[tuple[str, dict[Category, int], bool]]) -> str:
     return "".join(parts)
 
 
+def _speed(state: ClusterState, node: str) -> str:
+    """The node's per-core speed as the placement takes it, and where it comes from."""
+    if state.node_speed(node) is not None:
+        return f"{state.node_speed(node):.3g} (label)"
+    known = state.known_speed(node)
+    return "– (1 taken)" if known is None else f"{known:.3g} (measured)"
+
+
 def render(state: ClusterState, registry: CollectorRegistry, now: float | None = None) -> str:
     """The page, from the live state and the manager's metrics."""
     now = time.time() if now is None else now
@@ -138,7 +146,8 @@ def render(state: ClusterState, registry: CollectorRegistry, now: float | None =
         worker_rows.append(
             f"<tr><td>{html.escape(node)}</td><td class={'ok' if fresh else 'bad'}>"
             f"{'fresh' if fresh else 'stale'}</td><td>{now - hb.time:.0f} s</td>"
-            f"<td>{hb.capacity_cpus:g}</td><td>{hb.load_cores:.2f}</td>"
+            f"<td>{hb.capacity_cpus:g}</td><td>{_speed(state, node)}</td>"
+            f"<td>{hb.load_cores:.2f}</td>"
             f"<td>{limits * hb.capacity_cpus:.2f}</td>"
             + "".join(f"<td>{counts[c]}</td>" for c in Category)
             + f"<td>{html.escape(hb.actuator or '–')}</td></tr>")
@@ -204,7 +213,8 @@ Prometheus at /metrics and in the Grafana dashboards.</p>
 <p>{legend}</p>
 {_bars(rows) if rows else empty}
 <h2>Workers</h2>
-<table><tr><th>worker</th><th>heartbeat</th><th>age</th><th>CPUs</th><th>CPU used</th>
+<table><tr><th>worker</th><th>heartbeat</th><th>age</th><th>CPUs</th><th>speed</th>
+<th>CPU used</th>
 <th>limits set</th>{cat_heads}<th>actuator</th></tr>
 {''.join(worker_rows)}</table>
 <h2>Jobs</h2>

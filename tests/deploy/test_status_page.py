@@ -84,9 +84,11 @@ def _report(url: str) -> None:
                  "loss": round(0.9 / (k + 1 + i), 4), "growth": 0.02 if c == "PC" else 0.001,
                  "limit": round(1 / len(cats), 3), "cpu_cores": round(2 / len(cats), 2),
                  "checkpointable": k % 2 == 0} for k, c in enumerate(cats)]
+        # the agents measured their nodes' speeds, but worker-4's is of an older release
+        speed = {"cpu_speed": 0.8 + 0.2 * i} if i < 3 else {}
         _post(f"{url}/v1/heartbeat", {"node": node, "time": time.time(), "seq": 1,
                                       "capacity_cpus": 8, "load_cores": 1.5 + i,
-                                      "jobs": jobs, "actuator": "cgroup"}, _token(node))
+                                      "jobs": jobs, "actuator": "cgroup", **speed}, _token(node))
     args = {"Pod": {"metadata": {"name": "p", "namespace": "sweep",
                                  "labels": {"specon.io/training": "true"}}, "spec": {}},
             "NodeNames": list(WORKERS)}
@@ -110,6 +112,9 @@ def test_status_page_shows_what_the_workers_reported(manager: str) -> None:
     for node, cats in WORKERS.items():
         counts = "".join(f"<td>{cats.count(c)}</td>" for c in ("PC", "WC", "CC"))
         assert f"<tr><td>{node}</td><td class=ok>fresh</td>" in page
+        i = list(WORKERS).index(node)
+        speed = f"{0.8 + 0.2 * i:.3g} (measured)" if i < 3 else "– (1 taken)"
+        assert f"<td>8</td><td>{speed}</td>" in page
         assert counts + "<td>cgroup</td></tr>" in page
         for k in range(len(cats)):
             assert f"sweep/{node}-job-{k}" in page

@@ -18,6 +18,7 @@ from specon.names import LABEL_CPU_SPEED
 from specon.wire import Heartbeat
 from specon_manager.node_speed import NodeSpeeds, measured_scale
 from specon_manager.state import SCALE_EVERY_S, ClusterState, Reservation
+from specon_manager.status import _speed as status_speed
 
 
 @pytest.mark.parametrize(("value", "speed"), [
@@ -96,6 +97,9 @@ def test_an_unlabelled_node_is_taken_at_the_speed_its_agent_measured_and_a_label
     assert [loads[n].speed for n in ("slow", "fast", "old-agent")] == [0.25, 4.0, 1.0]
     assert [(j.work, j.attained) for j in loads["slow"].jobs] == [(25.0, 2.5)]
     assert state.priorities(["slow", "fast"], 10)[1] == 10  # as with both labelled
+    # the status page says where each speed came from
+    assert [status_speed(state, n) for n in ("slow", "fast", "old-agent")] == [
+        "0.25 (measured)", "4 (label)", "– (1 taken)"]
 
 
 @pytest.mark.parametrize("bad", [0.0, 0.01, MAX_SPEED * 2, float("nan"), float("inf"), "fast"])
