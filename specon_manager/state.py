@@ -182,9 +182,9 @@ class ClusterState:
         # work / cpus is the backlog with speeds too: both scale by the node's speed
         order = sorted(fresh, key=lambda n: load_key(fresh[n].work, fresh[n].cpus, n))
         nodes = self.node_loads(order[:CANDIDATES])
-        labelled = all(self.known_speed(n.name) is not None for n in nodes)
-        same = self._kind_jobs(kind, now) if labelled and kind is not None else []
-        job = new_job_load(same, nodes, max(fresh[n].cpus for n in fresh), by_cores=labelled)
+        known = all(self.known_speed(n.name) is not None for n in nodes)
+        same = self._kind_jobs(kind, now) if known and kind is not None else []
+        job = new_job_load(same, nodes, max(fresh[n].cpus for n in fresh), by_cores=known)
         scores = placement_scores(nodes, job, self.weights, max_score)
         return [scores.get(n, 1) if n in fresh else 0 for n in names]
 

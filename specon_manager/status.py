@@ -124,8 +124,9 @@ def _bars(rows: list[tuple[str, dict[Category, int], bool]]) -> str:
 
 def _speed(state: ClusterState, node: str) -> str:
     """The node's per-core speed as the placement takes it, and where it comes from."""
-    if state.node_speed(node) is not None:
-        return f"{state.node_speed(node):.3g} (label)"
+    label = state.node_speed(node)
+    if label is not None:
+        return f"{label:.3g} (label)"
     known = state.known_speed(node)
     return "– (1 taken)" if known is None else f"{known:.3g} (measured)"
 

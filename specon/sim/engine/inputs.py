@@ -144,11 +144,11 @@ def manager_placement_load(sim: Simulator, nodes: Sequence[NodeLoad], job: Job) 
     its kind (its profile, as a pod's image) among the jobs of ``nodes`` where the workers'
     speeds are known (labelled or measured), else the typical job of the CANDIDATES least
     loaded (specon.core.progress.new_job_load)."""
-    labelled = speeds_known(sim)
+    known = speeds_known(sim)
     kind = job.spec.profile
     same: list[JobLoad] = []
     hosts = 0
-    for n in nodes if labelled else ():
+    for n in nodes if known else ():
         if hosts == KIND_NODES:  # as the manager reads them: KIND_NODES nodes at most
             break
         mine = [j for j in n.jobs if j.name in sim.jobs and sim.jobs[j.name].spec.profile == kind]
@@ -156,7 +156,7 @@ def manager_placement_load(sim: Simulator, nodes: Sequence[NodeLoad], job: Job) 
             same += mine
             hosts += 1
     return new_job_load(same, least_loaded(nodes, CANDIDATES), max(n.cpus for n in nodes),
-                        by_cores=labelled)
+                        by_cores=known)
 
 
 def fits(sim: Simulator, job: Job) -> list[Worker]:
