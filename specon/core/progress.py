@@ -7,7 +7,10 @@ first does for one machine, across a cluster of workers of different sizes and s
 
 * **On a node** (:func:`node_shares`): every job keeps a small floor (it never starves and its
   loss stays visible); a job held back too long (``starved``) gets its equal share of the
-  node back first; then one core each in order of least work left; then the spare cores,
+  node back first; then the node's last job (:func:`critical`: one that would outlast all
+  the others' work even at its top speed) gets its fastest width up to a core or its equal
+  share, since holding it back only moves the node's end; then one core each in order of
+  least work left; then the spare cores,
   one at a time, to the job whose speed they raise the most per unit of its work left
   (heSRPT's rule under sub-linear speed-up: short jobs and jobs that scale get them). The
   category weights (2 / 1.5 / 1) divide each job's work left in that order: a progressing job
@@ -43,6 +46,9 @@ WEIGHTS = Weights()
 #: share (:func:`behind_equal_share`): it then keeps pace with equal shares, so it finishes by
 #: the time equal shares would have given it FAIR_LAG times its steps.
 FAIR_LAG = 1.25
+#: A job whose own time at its top speed is at least this share of its node's time to do all
+#: its work is the node's last job (:func:`critical`): served right after starved jobs.
+CRITICAL_SHARE = 1.0
 #: On a node a progressing job is ordered by the smaller of its weighted work left and this
 #: many times the work it has done (docs/algorithms.md, "Early progress").
 EARLY_FACTOR = 2.0
@@ -122,6 +128,17 @@ def behind_equal_share(done_steps: float, fair_steps: float, total_steps: float)
     return fair_steps - done_steps > (FAIR_LAG - 1.0) * total_steps
 
 
+def critical(cpus: float, jobs: Sequence[JobLoad]) -> frozenset[str]:
+    """The jobs that alone set when the node's work ends: each one's time at its top speed
+    (its work over its speed at its cap) is at least CRITICAL_SHARE of the node's time to do
+    all its jobs' work on all its cores. Holding such a job back lengthens the node's
+    makespan one for one; serving it at its top speed first costs the others only the cores
+    it can use, and they still finish before it."""
+    total = sum(j.work for j in jobs) / cpus
+    return frozenset(j.name for j in jobs if j.work > 0 and j.work / max(
+        j.curve.envelope(min(j.cap, cpus)), 1e-12) >= CRITICAL_SHARE * total)
+
+
 def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS,
                 floor: float = FLOOR_CORES, fair: float = 0.0) -> dict[str, float]:
     """Cores per job on one node (a limit each; their sum is at most ``cpus``).
@@ -146,6 +163,15 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
             continue
         out[j.name] += give
         left -= give
+    for name in sorted(critical(cpus, jobs)):  # then the node's last job, a core or its share
+        j = next(x for x in jobs if x.name == name)
+        most = min(j.cap, max(1.0, equal), out[name] + left)
+        # its fastest width within that (more threads than it can use slow some jobs down)
+        widths = [float(c) for c in range(1, int(most) + 1)] + [most]
+        give = max(widths, key=lambda c: (j.speed(c), -c)) - out[name]
+        if give > 0:
+            out[name] += give
+            left -= give
     for j in order:
         if left <= 1e-12:
             break

@@ -10,6 +10,7 @@ from specon.core.progress import (
     NodeLoad,
     behind_equal_share,
     choose_node,
+    critical,
     node_shares,
     plan_moves,
     reported_load,
@@ -26,9 +27,34 @@ def job(name, work, curve=ONE, cap=1.0, **kw):
 
 
 def test_least_work_left_gets_a_core_first_and_the_rest_keep_a_floor():
-    shares = node_shares(2, [job("long", 900), job("short", 10), job("mid", 100)])
-    assert shares["short"] == pytest.approx(1.0) and shares["mid"] == pytest.approx(1.0 - 0.05)
-    assert shares["long"] == pytest.approx(0.05)
+    shares = node_shares(2, [job("long", 400), job("short", 10), job("mid", 100),
+                             job("other", 400)])
+    assert shares["short"] == pytest.approx(1.0) and shares["mid"] == pytest.approx(1.0 - 0.1)
+    assert shares["long"] == pytest.approx(0.05) and shares["other"] == pytest.approx(0.05)
+
+
+def test_the_nodes_last_job_keeps_its_core():
+    """Issue 28, makespan: a one-core job with more work than the node's other jobs can
+    finish before it (its time at its top speed at least the node's time for all the work)
+    sets when the node's work ends; it was held at the floor behind every shorter job, and
+    the node finished that much later (overload workload 8 as the manager sees unlabelled
+    nodes: +6.2% makespan against default, +3.2% now)."""
+    jobs = [job("long", 1000)] + [job(f"s{i}", 100) for i in range(6)]
+    assert critical(4, jobs) == {"long"}
+    shares = node_shares(4, jobs)
+    assert shares["long"] == pytest.approx(1.0)
+    assert sum(1 for i in range(6) if shares[f"s{i}"] > 0.5) == 3
+    # one more short job and the long one no longer outlasts the rest: back to the floor
+    jobs += [job(f"t{i}", 900) for i in range(3)]
+    assert critical(4, jobs) == frozenset() and node_shares(4, jobs)["long"] == 0.05
+
+
+def test_the_nodes_last_job_gets_its_fastest_width_not_more():
+    """Its cores stop where its speed-up does: a job whose second thread slows it keeps one."""
+    flat = Curve.of([(1, 1.0), (2, 0.54)])
+    shares = node_shares(8, [job("long", 9000, flat, cap=2), job("a", 100, cap=8),
+                             job("b", 100, cap=8)])
+    assert shares["long"] == pytest.approx(1.0)
 
 
 def test_spare_cores_go_to_the_job_that_scales():
