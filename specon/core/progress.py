@@ -9,7 +9,8 @@ first does for one machine, across a cluster of workers of different sizes and s
   loss stays visible); a job held back too long (``starved``) gets its equal share of the
   node back first; then the node's last job (:func:`critical`: one that would outlast all
   the others' work even at its top speed) gets its fastest width up to a core or its equal
-  share, since holding it back only moves the node's end; then one core each in order of
+  share, since holding it back only moves the node's end (only jobs so short that they move
+  it by LAST_JOB_SLACK at most go before it); then one core each in order of
   least work left; then the spare cores,
   one at a time, to the job whose speed they raise the most per unit of its work left
   (heSRPT's rule under sub-linear speed-up: short jobs and jobs that scale get them). The
@@ -49,6 +50,9 @@ FAIR_LAG = 1.25
 #: A job whose own time at its top speed is at least this share of its node's time to do all
 #: its work is the node's last job (:func:`critical`): served right after starved jobs.
 CRITICAL_SHARE = 1.0
+#: Jobs whose key is under this share of the last job's time at its top speed still go before
+#: it (a new job's first minutes, a nearly finished job): the node ends that much later at most.
+LAST_JOB_SLACK = 0.01
 #: On a node a progressing job is ordered by the smaller of its weighted work left and this
 #: many times the work it has done (docs/algorithms.md, "Early progress").
 EARLY_FACTOR = 2.0
@@ -163,8 +167,21 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
             continue
         out[j.name] += give
         left -= give
-    for name in sorted(critical(cpus, jobs)):  # then the node's last job, a core or its share
-        j = next(x for x in jobs if x.name == name)
+    names = critical(cpus, jobs)
+    last = [x for x in order if x.name in names]
+    # the jobs so short (by their key: a new job's is its first minutes) that serving them
+    # first moves the node's end by at most LAST_JOB_SLACK of its last job's time
+    short = max((LAST_JOB_SLACK * j.work / max(j.curve.envelope(min(j.cap, cpus)), 1e-12)
+                 for j in last), default=-1.0)
+    for j in order:
+        if left <= 1e-12 or j.starved or j.name in names or _key(j, weights)[1] > short:
+            continue
+        give = min(1.0 - out[j.name], j.cap - out[j.name], left)
+        if give > 0:
+            out[j.name] += give
+            left -= give
+    for j in last:  # then the node's last job, a core or its equal share
+        name = j.name
         most = min(j.cap, max(1.0, equal), out[name] + left)
         # its fastest width within that (more threads than it can use slow some jobs down)
         widths = [float(c) for c in range(1, int(most) + 1)] + [most]

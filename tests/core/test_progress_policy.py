@@ -49,6 +49,23 @@ def test_the_nodes_last_job_keeps_its_core():
     assert critical(4, jobs) == frozenset() and node_shares(4, jobs)["long"] == 0.05
 
 
+def test_a_new_job_still_goes_before_the_nodes_last_job():
+    """On a 2-CPU worker a starved job's share and the last job's core left a new 14-s job
+    at the floor for 97 s (7.54x its default time, `large` workload 32 of the 180): a job
+    whose key is under LAST_JOB_SLACK of the last job's time (a new one's is its first
+    minutes) moves the node's end by that much at most, so it goes first."""
+    wide = Curve.of([(1, 1.0), (2, 1.46)])
+    jobs = [job("last", 1747, wide, cap=2, attained=586),
+            job("behind", 84, wide, cap=2, starved=True, category=Category.CONVERGED),
+            job("new", 155, cap=1, attained=0.0)]
+    assert critical(2, jobs) == {"last"}
+    shares = node_shares(2, jobs)
+    assert shares["new"] == pytest.approx(1.0) and shares["last"] < 0.5
+    # once past its first minutes it waits behind the last job again
+    jobs[2] = job("new", 150, cap=1, attained=60.0)
+    assert node_shares(2, jobs)["new"] == pytest.approx(0.05)
+
+
 def test_the_nodes_last_job_gets_its_fastest_width_not_more():
     """Its cores stop where its speed-up does: a job whose second thread slows it keeps one."""
     flat = Curve.of([(1, 1.0), (2, 0.54)])
