@@ -38,7 +38,7 @@ def test_the_nodes_last_job_keeps_its_core():
     finish before it (its time at its top speed at least the node's time for all the work)
     sets when the node's work ends; it was held at the floor behind every shorter job, and
     the node finished that much later (overload workload 8 as the manager sees unlabelled
-    nodes: +6.2% makespan against default, +3.2% now)."""
+    nodes: +6.2% makespan against default, +1.7% now)."""
     jobs = [job("long", 1000)] + [job(f"s{i}", 100) for i in range(6)]
     assert critical(4, jobs) == {"long"}
     shares = node_shares(4, jobs)
