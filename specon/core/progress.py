@@ -48,7 +48,8 @@ WEIGHTS = Weights()
 #: the time equal shares would have given it FAIR_LAG times its steps.
 FAIR_LAG = 1.25
 #: A job whose own time at its top speed is at least this share of its node's time to do all
-#: its work is the node's last job (:func:`critical`): served right after starved jobs.
+#: its work is the node's last job (:func:`critical`): served right after starved jobs and
+#: the jobs LAST_JOB_SLACK lets go first.
 CRITICAL_SHARE = 1.0
 #: Jobs whose key is under this share of the last job's time at its top speed still go before
 #: it (a new job's first minutes, a nearly finished job): the node ends that much later at most.
