@@ -133,6 +133,11 @@ def behind_equal_share(done_steps: float, fair_steps: float, total_steps: float)
     return fair_steps - done_steps > (FAIR_LAG - 1.0) * total_steps
 
 
+def _top_time(job: JobLoad, cpus: float) -> float:
+    """Seconds the job needs at its best speed within its cap on ``cpus`` speed-1 CPUs."""
+    return job.work / max(job.curve.envelope(min(job.cap, cpus)), 1e-12)
+
+
 def critical(cpus: float, jobs: Sequence[JobLoad]) -> frozenset[str]:
     """The jobs that alone set when the node's work ends: each one's time at its top speed
     (its work over its speed at its cap) is at least CRITICAL_SHARE of the node's time to do
@@ -140,8 +145,8 @@ def critical(cpus: float, jobs: Sequence[JobLoad]) -> frozenset[str]:
     makespan one for one; serving it at its top speed first costs the others only the cores
     it can use, and they still finish before it."""
     total = sum(j.work for j in jobs) / cpus
-    return frozenset(j.name for j in jobs if j.work > 0 and j.work / max(
-        j.curve.envelope(min(j.cap, cpus)), 1e-12) >= CRITICAL_SHARE * total)
+    return frozenset(j.name for j in jobs
+                     if j.work > 0 and _top_time(j, cpus) >= CRITICAL_SHARE * total)
 
 
 def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS,
@@ -172,8 +177,7 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
     last = [x for x in order if x.name in names]
     # the jobs so short (by their key: a new job's is its first minutes) that serving them
     # first moves the node's end by at most LAST_JOB_SLACK of its last job's time
-    short = max((LAST_JOB_SLACK * j.work / max(j.curve.envelope(min(j.cap, cpus)), 1e-12)
-                 for j in last), default=-1.0)
+    short = max((LAST_JOB_SLACK * _top_time(j, cpus) for j in last), default=-1.0)
     for j in order:
         if left <= 1e-12 or j.starved or j.name in names or _key(j, weights)[1] > short:
             continue
