@@ -1,6 +1,6 @@
 """A training job's kind: the ``specon.io/kind`` label where the pod has one, else its
 container's image. The manager takes a new pod to be like the running jobs of its kind
-(specon.core.progress.new_job_load): the agent reports each job's kind, the extender reads the
+(specon.core.job_loads.new_job_load): the agent reports each job's kind, the extender reads the
 pod's. Pure: labels and an image in, a kind or None out; whatever a pod names is checked
 here (a plausible image reference or label value, of bounded length)."""
 

@@ -88,7 +88,7 @@ class JobReport(_Wire):
     efficiency: NonNeg | None = None  # growth per core
     loss: Finite | None = None
     step: Annotated[int, Field(ge=0)] | None = None
-    #: Seconds of CPU work left, as the agent measures it (specon.core.progress.measured_load:
+    #: Seconds of CPU work left, as the agent measures it (specon.core.job_loads.measured_load:
     #: steps left x CPU-seconds per step); None when unknown (no step measured yet).
     work_s: NonNeg | None = None
     #: Seconds of CPU work it has done (steps done x CPU-seconds per step): a progressing job
@@ -96,7 +96,7 @@ class JobReport(_Wire):
     #: None when unknown, and from agents older than this field.
     work_done_s: NonNeg | None = None
     #: The most cores the job showed it can use (a loop that sleeps or waits on I/O used less
-    #: than its limit: specon.core.progress.demand_cap); None when not known (it may use the
+    #: than its limit: specon.core.job_loads.demand_cap); None when not known (it may use the
     #: node), and from agents older than this field.
     demand_cores: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] | None = None
     limit: Fraction = 1.0

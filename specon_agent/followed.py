@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specon.core.progress import DEMAND_MIN_WINDOW_S, JobLoad, demand_cap
+from specon.core.job_loads import DEMAND_MIN_WINDOW_S, demand_cap
+from specon.core.progress import JobLoad
 
 from .actuators import Actuator, ActuatorError
 from .checkpoints import Proof
@@ -40,7 +41,7 @@ class FollowedJob:
     step1: float | None = None
     cpu1: int | None = None
     load: JobLoad | None = None  # what the policy last knew of it (node share rules)
-    #: The most cores it showed it can use (specon.core.progress.demand_cap; None: not known,
+    #: The most cores it showed it can use (specon.core.job_loads.demand_cap; None: not known,
     #: the node's), and since when (monotonic s) and from which CPU counter (ns) its use under
     #: its present limit is measured (reset when its limit changes).
     cap: float | None = None

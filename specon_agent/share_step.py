@@ -1,5 +1,5 @@
 """The policy's node share step: each followed job's load, measured from its steps and CPU
-(specon.core.progress.measured_load), then the policy's node share rule
+(specon.core.job_loads.measured_load), then the policy's node share rule
 (specon.core.node.NODE_SHARES) run over them by the node controller."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from specon.core.categorize import Category
+from specon.core.job_loads import measured_load
 from specon.core.node import NODE_SHARES, NodeController
-from specon.core.progress import measured_load
 from specon.core.scoring import Weights
 
 from .actuators import Actuator
@@ -20,7 +20,7 @@ def divide(jobs: Mapping[str, FollowedJob], control: NodeController, rule: str,
            weights: Weights, meter: CpuMeter, actuator: Actuator, now: float,
            first_steps_only: bool = False) -> None:
     """Run the policy's node share rule (specon.core.node.NODE_SHARES) over the jobs, from
-    what each one's progress tells (specon.core.progress.measured_load). With
+    what each one's progress tells (specon.core.job_loads.measured_load). With
     ``first_steps_only``, only when some job's cost per step became measurable since the
     last run (until then it is served first, as FlowCon serves a new job). A job's cost
     per step is its CPU over its steps since the first step it reported (its start-up

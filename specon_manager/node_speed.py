@@ -16,7 +16,7 @@ A node without a (sane) label is taken at the speed its agent measured
 (specon_agent.speed_probe, ``Heartbeat.cpu_speed``), brought onto the labels' scale
 (:func:`measured_scale`): labels are relative to whatever pool the administrator calls 1, the
 probe to its own reference core. Where neither is known the node is taken at DEFAULT_SPEED, and
-the placement knows that its speed is a guess (specon.core.progress.typical_load).
+the placement knows that its speed is a guess (specon.core.job_loads.typical_load).
 """
 
 from __future__ import annotations

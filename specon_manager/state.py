@@ -17,15 +17,14 @@ import numpy as np
 import numpy.typing as npt
 
 from specon.core.categorize import Category
+from specon.core.job_loads import new_job_load, reported_load
 from specon.core.progress import (
     CANDIDATES,
     KIND_NODES,
     JobLoad,
     NodeLoad,
     load_key,
-    new_job_load,
     placement_scores,
-    reported_load,
 )
 from specon.core.qos_rules import qos_priorities
 from specon.core.scoring import (
@@ -171,7 +170,7 @@ class ClusterState:
         placed where it adds the least predicted completion among the least loaded nodes
         (decoded only those), taken as the typical job of its kind where every one of those
         nodes' speed is known (labelled, or measured by its agent) and jobs of that kind are
-        reported, else as the typical job of those nodes (specon.core.progress.new_job_load:
+        reported, else as the typical job of those nodes (specon.core.job_loads.new_job_load:
         the median work left of the jobs reported and, speeds known, the median cores they
         use)."""
         now = self.clock()
@@ -190,7 +189,7 @@ class ClusterState:
 
     def node_loads(self, names: Iterable[str]) -> list[NodeLoad]:
         """The progress-aware policy's view of these nodes (those with a heartbeat): each job
-        with the work left its agent reports (specon.core.progress.reported_load), keyed
+        with the work left its agent reports (specon.core.job_loads.reported_load), keyed
         namespace/pod, and a job on its way there (a reserved migration target) as its
         source's agent last reported it, as the simulator counts it. Work is in CPU-seconds
         of a speed-1 core: an agent's figures (CPU-seconds of its node) times the node's

@@ -1,7 +1,7 @@
 """How long a container waited for a CPU (its cgroup's PSI ``cpu.pressure``), read by the cgroup
 actuator on the host's real hierarchy: a busy loop held to 0.2 core by its quota waits most of
 the time, a loop that sleeps almost never. That difference is what lets the demand cap
-(specon.core.progress.demand_cap) tell a job that does not need its cores from one that cannot
+(specon.core.job_loads.demand_cap) tell a job that does not need its cores from one that cannot
 get them. On a hybrid v1 host the pressure is read from the unified hierarchy beside the
 controllers, at the same path; on v2 from the container's own cgroup.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from nodelib import hierarchies
 
-from specon.core.progress import demand_cap
+from specon.core.job_loads import demand_cap
 from specon_agent.actuators.cgroup import CgroupActuator
 
 BUSY = "while True: pass"

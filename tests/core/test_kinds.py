@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from specon.core.categorize import Category
-from specon.core.progress import NodeLoad, new_job_load, reported_load
+from specon.core.job_loads import new_job_load, reported_load
+from specon.core.progress import NodeLoad
 from specon.kinds import MAX_KIND, container_image, job_kind, pod_kind, valid_kind
 from specon.names import LABEL_KIND
 from specon.wire import JobReport

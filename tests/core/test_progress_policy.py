@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specon.core.categorize import Category
+from specon.core.job_loads import reported_load, typical_load
 from specon.core.progress import (
     JobLoad,
     NodeLoad,
@@ -13,8 +14,6 @@ from specon.core.progress import (
     critical,
     node_shares,
     plan_moves,
-    reported_load,
-    typical_load,
 )
 from specon.core.speedup import Curve
 
@@ -181,7 +180,8 @@ def test_a_move_happens_only_when_it_pays():
 
 
 def test_a_job_that_used_less_than_its_limit_is_capped_near_its_use_and_the_rest_flows() -> None:
-    from specon.core.progress import demand_cap, node_shares, reported_load
+    from specon.core.job_loads import demand_cap, reported_load
+    from specon.core.progress import node_shares
 
     assert demand_cap(0.05, 1.0, 2.0, 0.001) == pytest.approx(0.075)  # slept: capped near use
     assert demand_cap(0.01, 1.0, 2.0, 0.0) == pytest.approx(0.05)  # never below the floor

@@ -2,7 +2,7 @@
 progress` in standalone mode, real PyTorch training containers (one thread each) and
 Docker's CFS quotas. More jobs than cores: the jobs that declare little work left
 (``specon.io/total-steps``) are given a core each, the ones with the most left are held at the
-policy's floor, measured from each job's steps and CPU use (specon.core.progress.measured_load);
+policy's floor, measured from each job's steps and CPU use (specon.core.job_loads.measured_load);
 on a clean stop every quota is the owner's again."""
 
 from __future__ import annotations

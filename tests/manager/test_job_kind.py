@@ -1,4 +1,4 @@
-"""A new pod as the typical job of its kind (specon.kinds, specon.core.progress.new_job_load):
+"""A new pod as the typical job of its kind (specon.kinds, specon.core.job_loads.new_job_load):
 the extender reads the pod's ``specon.io/kind`` label, else its first container's image; each
 agent reports its jobs' kinds; where every compared node is labelled with its speed and jobs
 of that kind run somewhere, the pod is placed as their typical job (median work left and

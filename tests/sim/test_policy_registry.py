@@ -10,9 +10,10 @@ from synth import workload
 
 from specon.core.categorize import Category
 from specon.core.flowcon import FlowConParams
+from specon.core.job_loads import measured_load
 from specon.core.node import NODE_SHARES, NodeController, register_share
 from specon.core.policy import POLICIES, Policy, lookup, register
-from specon.core.progress import JobLoad, measured_load
+from specon.core.progress import JobLoad
 from specon.core.scoring import Weights
 from specon.core.shares import by_priority
 from specon.sim import engine

@@ -10,6 +10,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from specon.core.job_loads import new_job_load, reported_load
 from specon.core.predict import fit_curve
 from specon.core.progress import (
     CANDIDATES,
@@ -18,8 +19,6 @@ from specon.core.progress import (
     NodeLoad,
     behind_equal_share,
     least_loaded,
-    new_job_load,
-    reported_load,
 )
 from specon.core.scoring import WorkerView, worker_view
 from specon.core.urgency import GIVEN_UP, ON_TRACK, Assessment, assess, urgency
@@ -128,7 +127,7 @@ def speeds_known(sim: Simulator) -> bool:
 
 def manager_node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLoad:
     """The worker as the manager knows it (specon_manager.state.node_loads): each job as its
-    agent reports it (specon.core.progress.reported_load: linear up to the cores it keeps
+    agent reports it (specon.core.job_loads.reported_load: linear up to the cores it keeps
     busy, its work in CPU-seconds of this worker), times the worker's speed as the manager
     knows it (:func:`seen_speed`)."""
     speed = w.seen_speed
@@ -143,7 +142,7 @@ def manager_placement_load(sim: Simulator, nodes: Sequence[NodeLoad], job: Job) 
     """A new job as the manager's extender sees it (specon_manager.state): the typical job of
     its kind (its profile, as a pod's image) among the jobs of ``nodes`` where the workers'
     speeds are known (labelled or measured), else the typical job of the CANDIDATES least
-    loaded (specon.core.progress.new_job_load)."""
+    loaded (specon.core.job_loads.new_job_load)."""
     known = speeds_known(sim)
     kind = job.spec.profile
     same: list[JobLoad] = []
