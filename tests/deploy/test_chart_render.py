@@ -560,3 +560,17 @@ def test_every_container_is_hardened_and_the_agent_is_root_only_where_it_must(
                    "--set", f"agent.actuator={actuator}", "--set", "agent.runAsUser=65532",
                    home=home, check=False)
         assert res.returncode != 0 and "writes files only root may" in res.stderr
+
+
+def test_the_agent_has_minutes_to_start_before_its_liveness_probe_counts(
+        plane_bin: Path, home: Path) -> None:
+    """A cold-machine run of the real-node e2e (2026-11-28): after `helm upgrade` the new agent
+    on a node its training jobs kept busy took 52 s to its first log line; the livenessProbe
+    (20 s x 3) killed it at 60 s, and every restart again, so the limits its killed predecessor
+    left were never put back (a 0.95-core quota outlived `helm uninstall`). A startupProbe
+    holds the livenessProbe off until /healthz first answers, for up to 5 minutes."""
+    agent = pod_spec(one(docs(render(plane_bin, home, {})), "DaemonSet"))["containers"][0]
+    start, live = agent["startupProbe"], agent["livenessProbe"]
+    assert start["httpGet"] == live["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert start["periodSeconds"] * start["failureThreshold"] >= 300
+    assert live["periodSeconds"] * live["failureThreshold"] == 60  # a stalled loop: as before
