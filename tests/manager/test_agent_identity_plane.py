@@ -139,11 +139,20 @@ def test_a_node_bound_token_speaks_for_its_own_node_only(plane: Plane, world: Wo
         r = beat(w, token, other)
         assert r.status_code == 403 and "speaks for node" in r.json()["detail"], r.text
     assert metric(w, "specon_manager_heartbeats_total", result="forbidden") == 2
-    # Cached: many heartbeats, one review per token (the cache holds it for agent_auth_ttl_s).
-    reviews = metric(w, "specon_manager_agent_token_reviews_total")
-    for _ in range(5):
-        assert beat(w, token_a, a).status_code == 200
-    assert metric(w, "specon_manager_agent_token_reviews_total") - reviews <= 1
+    # Cached: many heartbeats, one review per token (the cache holds it for agent_auth_ttl_s,
+    # 1 s here). A burst that spans more than 1 s may see the entry expire and be reviewed
+    # again, once per second it spans (a loaded plane's CI run saw 2 for 5 beats), so the
+    # count is checked against the seconds the burst took, and a burst inside 1 s is tried for.
+    for _ in range(10):
+        reviews = metric(w, "specon_manager_agent_token_reviews_total")
+        began = time.monotonic()
+        for _ in range(5):
+            assert beat(w, token_a, a).status_code == 200
+        took = time.monotonic() - began
+        added = metric(w, "specon_manager_agent_token_reviews_total") - reviews
+        assert added <= 1 + int(took), (added, took)
+        if took < 1.0:
+            break
 
 
 def test_unbound_foreign_audience_other_accounts_and_expired_tokens_are_refused(
