@@ -94,3 +94,31 @@ class Cgroups:
     def throttled(self, path: Path) -> int:
         stats = dict(line.split() for line in (path / "cpu.stat").read_text().splitlines())
         return int(stats["nr_throttled"])
+
+
+def resumed_not_restarted(losses: list[tuple[int, float]], stop_step: int) -> str | None:
+    """Why the loss curve of a job stopped at ``stop_step`` and restored does not look like
+    it continued (None when it does). ``losses`` are its progress records' (step, loss), both
+    runs together, in step order.
+
+    A restart reports the untrained loss first: the run's first logged loss again, or near it.
+    Continuing, the first loss after the restore is no higher than the losses logged just
+    before the stop (their own spread, twice, is the noise allowed) and nearer the last of them
+    than the run's first loss. It may be far lower: a move early in training lands on the
+    steep part of the curve (seen: 2.45, 2.18 before a stop at step 20, then 1.29, 0.73, 0.32),
+    so the window before the stop bounds it from above only."""
+    before = [loss for step, loss in losses if step <= stop_step]
+    after = [loss for step, loss in losses if step > stop_step]
+    if not before or not after:
+        return f"losses on both sides of step {stop_step} are needed: {losses}"
+    first, last = before[0], before[-1]
+    window = before[-5:]
+    lo, hi = min(window), max(window)
+    slack = 2 * (hi - lo) + 1e-3 * abs(first)
+    if after[0] > hi + slack:
+        return (f"the first loss after the restore, {after[0]:.4g}, lies above the losses "
+                f"before the stop {window} by more than their noise ({slack:.3g})")
+    if first > last and after[0] > (first + last) / 2:
+        return (f"the first loss after the restore, {after[0]:.4g}, lies nearer the run's "
+                f"first loss {first:.4g} than the last before the stop {last:.4g}")
+    return None
