@@ -20,14 +20,13 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from specon import rfc3339
 from specon.core.node import NodeController, qos_limits_over
 from specon.core.scoring import Weights
-from specon.core.threads import threads_for_limit
 from specon.wire import (
     CheckpointRequest,
     Heartbeat,
@@ -39,7 +38,7 @@ from specon.wire import (
 
 from .actuators import Actuator, ActuatorError, ContainerGone, LimitChange
 from .checkpoint_requests import write_request
-from .checkpoints import CheckpointProofs, checkpoint_dirfd
+from .checkpoints import CheckpointProofs
 from .cpu import CpuMeter
 from .discovery import Arrived, Departed, Ending, Event, Resync, Target
 from .eta import StepRate
@@ -57,7 +56,7 @@ from .reporting import fmt as _fmt
 from .share_step import divide
 from .speed_probe import SpeedProbe
 from .tenancy import count_refusals
-from .threads import write_thread_hint
+from .threads import hint_threads, hints_restored
 
 log = logging.getLogger(__name__)
 
@@ -287,25 +286,8 @@ class Agent:
     def _hint_threads(self, cid: str, cores: float | None) -> None:
         """Tell the job how many threads its new limit is worth (training contract §6)."""
         job = self.jobs.get(cid)
-        if job is None or job.target.checkpoint_dir is None or self.actuator.observing:
-            return  # observe mode: the job is told nothing, its limit being unchanged
-        if threads_for_limit(cores, self.actuator.node_cpus) == job.threads_hint:
-            return
-        written = write_thread_hint(job.target.checkpoint_dir, cores, self.actuator.node_cpus,
-                                    job.target.name, opener=lambda: checkpoint_dirfd(job.target))
-        if written is not None:
-            job.threads_hint = written
-
-    def _hint_restored(self, failed: Mapping[str, ActuatorError]) -> None:
-        """The limits went back to what they were: so do the thread hints written for them."""
-        for cid, job in self.jobs.items():
-            if job.threads_hint is None or cid in failed:
-                continue
-            try:
-                cores = self.actuator.read(cid).cores
-            except ActuatorError:
-                continue  # gone: nobody to tell
-            self._hint_threads(cid, cores)
+        if job is not None:
+            hint_threads(job, cores, self.actuator)
 
     # -- intervals ----------------------------------------------------------------------------
     def _cpu(self) -> dict[str, int | None]:
@@ -498,7 +480,7 @@ class Agent:
                 self.metrics.restore_failures.inc(len(failed))
                 for cid, exc in failed.items():
                     log.warning("could not restore the limit of %s: %s", cid[:12], exc)
-                self._hint_restored(failed)
+                hints_restored(self.jobs, self.actuator, failed)
                 log.info("restored the limits this agent changed (%d failed)", len(failed))
         finally:
             self.proofs.hasher.close()

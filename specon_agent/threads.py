@@ -2,7 +2,8 @@
 CPU limit it writes ``threads.json`` into the job's checkpoint directory, beside the checkpoint
 request, naming the thread count for that limit (:func:`specon.core.threads.threads_for_limit`).
 The job's SDK reads it between steps. Kept apart from the loop so that file access stays in one
-small function.
+small function (:func:`write_thread_hint`), with when the loop writes it: after a limit changes
+(:func:`hint_threads`) and after the limits are restored (:func:`hints_restored`).
 """
 
 from __future__ import annotations
@@ -10,13 +11,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specon.core.threads import threads_for_limit
 from specon.sdk.threads import THREADS_FILE
 
+from .actuators import Actuator, ActuatorError
+from .checkpoints import checkpoint_dirfd
 from .safefs import write_beneath
+
+if TYPE_CHECKING:
+    from .followed import FollowedJob
 
 log = logging.getLogger(__name__)
 
@@ -50,3 +57,31 @@ def write_thread_hint(
     log.info("thread hint for %s: %d threads (limit %s cores)", name or directory, threads,
              "unlimited" if limit_cores is None else f"{limit_cores:.3f}")
     return threads
+
+
+def hint_threads(job: FollowedJob, cores: float | None, actuator: Actuator) -> None:
+    """Tell the job how many threads its new limit of ``cores`` is worth (training contract
+    §6), unless it was told that count already, it has no checkpoint folder, or the agent only
+    observes (its limit unchanged, it is told nothing)."""
+    if job.target.checkpoint_dir is None or actuator.observing:
+        return
+    if threads_for_limit(cores, actuator.node_cpus) == job.threads_hint:
+        return
+    written = write_thread_hint(job.target.checkpoint_dir, cores, actuator.node_cpus,
+                                job.target.name, opener=lambda: checkpoint_dirfd(job.target))
+    if written is not None:
+        job.threads_hint = written
+
+
+def hints_restored(jobs: Mapping[str, FollowedJob], actuator: Actuator,
+                   failed: Mapping[str, ActuatorError]) -> None:
+    """The limits went back to what they were: so do the thread hints written for them (the
+    jobs whose limit could not be restored, ``failed``, keep theirs)."""
+    for cid, job in jobs.items():
+        if job.threads_hint is None or cid in failed:
+            continue
+        try:
+            cores = actuator.read(cid).cores
+        except ActuatorError:
+            continue  # gone: nobody to tell
+        hint_threads(job, cores, actuator)
