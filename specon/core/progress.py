@@ -163,13 +163,8 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
     # the jobs so short (by their key: a new job's is its first minutes) that serving them
     # first moves the node's end by at most LAST_JOB_SLACK of its last job's time
     short = max((LAST_JOB_SLACK * _top_time(j, cpus) for j in last), default=-1.0)
-    for j in order:
-        if left <= 1e-12 or j.starved or j.name in names or _key(j, weights)[1] > short:
-            continue
-        give = min(1.0 - out[j.name], j.cap - out[j.name], left)
-        if give > 0:
-            out[j.name] += give
-            left -= give
+    left = _up_to_a_core(out, [j for j in order if not j.starved and j.name not in names
+                               and _key(j, weights)[1] <= short], left)
     for j in last:  # then the node's last job, a core or its equal share
         name = j.name
         most = min(j.cap, max(1.0, equal), out[name] + left)
@@ -179,13 +174,7 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
         if give > 0:
             out[name] += give
             left -= give
-    for j in order:
-        if left <= 1e-12:
-            break
-        give = min(1.0 - out[j.name], j.cap - out[j.name], left)
-        if give > 0:
-            out[j.name] += give
-            left -= give
+    left = _up_to_a_core(out, order, left)
     # spare cores, a core at a time, to the largest cut in time-to-finish per unit of work
     while left > 1e-9:
         best, gain_best, step_best = None, 0.0, 0.0
@@ -209,6 +198,19 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
         out[best.name] += step_best
         left -= step_best
     return out
+
+
+def _up_to_a_core(out: dict[str, float], jobs: Sequence[JobLoad], left: float) -> float:
+    """Raise each of ``jobs``, in order, to a core (or its cap) out of the ``left`` cores;
+    what is left after."""
+    for j in jobs:
+        if left <= 1e-12:
+            break
+        give = min(1.0 - out[j.name], j.cap - out[j.name], left)
+        if give > 0:
+            out[j.name] += give
+            left -= give
+    return left
 
 
 def _top_rate(job: JobLoad, node: NodeLoad) -> float:
