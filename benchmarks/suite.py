@@ -16,6 +16,10 @@ lost (slower than default by more than 1%).
     python benchmarks/suite.py --family widened --noise standard
         # the same, where policies see what real logs give them (NOISE, docs/experiments.md):
         # half the jobs declare no total steps, step costs off by up to 25%, noisier losses
+    python benchmarks/suite.py --family widened --policies default,progress --redrawn
+        # and a row for default against itself (REDRAWN): the same scheduler on other
+        # simulator seeds, whose only difference is how its placement ties fall; the floor
+        # under every column, the worst job's above all
 
 Writes docs/results/suite.json (every number) and prints the Markdown table of the README.
 """
@@ -54,7 +58,8 @@ def one_workload(args: tuple[str, int, list[str], list[int], dict[str, Any]]
     for p in policies:
         rows = []
         for seed in seeds if p != "oracle" else seeds[:1]:
-            res = run_one(wl, p, cfg, seed)
+            res = (run_one(wl, "default", cfg, REDRAW_OFFSET + seed) if p == REDRAWN
+                   else run_one(wl, p, cfg, seed))
             rows.append(res.summary())
             for j in res.jobs:
                 per_job.setdefault(p, {}).setdefault(j.name, []).append(j.completion_s)
@@ -68,6 +73,12 @@ def one_workload(args: tuple[str, int, list[str], list[int], dict[str, Any]]
         ratios = sorted(statistics.fmean(v) / base[n] for n, v in per_job[p].items())
         out["policies"][p]["slowdowns"] = ratios
     return out
+
+
+#: The pseudo-policy ``--redrawn`` adds: default on seeds REDRAW_OFFSET + each seed, compared
+#: with default on the seeds themselves as any policy is.
+REDRAWN = "default-redrawn"
+REDRAW_OFFSET = 1000
 
 
 def _p99(values: list[float]) -> float:
@@ -154,6 +165,9 @@ def main() -> None:
                     "--workloads of each")
     ap.add_argument("--seeds", type=int, default=3, help="simulator seeds per workload")
     ap.add_argument("--policies", default="all", help="comma-separated, or 'all'")
+    ap.add_argument("--redrawn", action="store_true",
+                    help=f"add a row for default against itself ({REDRAWN}: default on other "
+                    "seeds, only its placement ties falling otherwise)")
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--noise", choices=list(NOISE), default="none",
                     help="what policies know of the jobs (NOISE); the flags below override it")
@@ -196,6 +210,8 @@ def main() -> None:
         ap.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
     if "default" not in policies:
         policies.insert(0, "default")
+    if a.redrawn:
+        policies.append(REDRAWN)
     cfg: dict[str, float] = dict(NOISE[a.noise])
     for key in ("cost_error", "unknown_total_share", "loss_noise", "fair"):
         if getattr(a, key) is not None:
