@@ -156,19 +156,9 @@ def markdown(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", type=int, default=30, help="how many random workloads")
-    ap.add_argument("--first", type=int, default=0, help="the first workload's index")
-    ap.add_argument("--family", default="standard",
-                    help=f"a family of workloads ({', '.join(FAMILIES)}), or 'widened' for "
-                    "--workloads of each")
-    ap.add_argument("--seeds", type=int, default=3, help="simulator seeds per workload")
-    ap.add_argument("--policies", default="all", help="comma-separated, or 'all'")
-    ap.add_argument("--redrawn", action="store_true",
-                    help=f"add a row for default against itself ({REDRAWN}: default on other "
-                    "seeds, only its placement ties falling otherwise)")
-    ap.add_argument("--processes", type=int, default=2)
+def add_view_args(ap: argparse.ArgumentParser) -> None:
+    """The arguments that say what the policies see (noise, the manager's view): shared with
+    benchmarks/workload_seeds.py."""
     ap.add_argument("--noise", choices=list(NOISE), default="none",
                     help="what policies know of the jobs (NOISE); the flags below override it")
     ap.add_argument("--cost-error", type=float, default=None,
@@ -194,6 +184,49 @@ def main() -> None:
     ap.add_argument("--speed-error", type=float, default=None,
                     help="with --unlabelled: each measured speed off by up to this share of "
                     "the true one (SimConfig.speed_error)")
+
+
+def view_config(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, Any]:
+    """SimConfig's settings for :func:`add_view_args`' arguments (bad combinations: ap.error)."""
+    cfg: dict[str, Any] = dict(NOISE[a.noise])
+    for key in ("cost_error", "unknown_total_share", "loss_noise", "fair"):
+        if getattr(a, key) is not None:
+            cfg["fair_share" if key == "fair" else key] = getattr(a, key)
+    if a.qos_over_shares:
+        cfg["qos_over_shares"] = True
+    if a.unlabelled and not a.manager_view:
+        ap.error("--unlabelled needs --manager-view")
+    if (a.unmeasured or a.speed_error is not None) and not a.unlabelled:
+        ap.error("--unmeasured and --speed-error need --unlabelled")
+    if a.manager_view:
+        cfg["manager_view"] = True
+        cfg["labelled_speeds"] = not a.unlabelled
+        if a.unlabelled:
+            cfg["measured_speeds"] = not a.unmeasured
+        if a.unlabelled and not a.unmeasured:
+            cfg["speed_error"] = (SimConfig().speed_error if a.speed_error is None
+                                  else a.speed_error)
+    try:
+        SimConfig(**cfg)
+    except ValueError as exc:
+        ap.error(str(exc))
+    return cfg
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", type=int, default=30, help="how many random workloads")
+    ap.add_argument("--first", type=int, default=0, help="the first workload's index")
+    ap.add_argument("--family", default="standard",
+                    help=f"a family of workloads ({', '.join(FAMILIES)}), or 'widened' for "
+                    "--workloads of each")
+    ap.add_argument("--seeds", type=int, default=3, help="simulator seeds per workload")
+    ap.add_argument("--policies", default="all", help="comma-separated, or 'all'")
+    ap.add_argument("--redrawn", action="store_true",
+                    help=f"add a row for default against itself ({REDRAWN}: default on other "
+                    "seeds, only its placement ties falling otherwise)")
+    ap.add_argument("--processes", type=int, default=2)
+    add_view_args(ap)
     ap.add_argument("--out", type=Path, default=None,
                     help="default: docs/results/suite.json (suite-noisy-NOISE.json with --noise)")
     a = ap.parse_args()
@@ -212,31 +245,10 @@ def main() -> None:
         policies.insert(0, "default")
     if a.redrawn:
         policies.append(REDRAWN)
-    cfg: dict[str, float] = dict(NOISE[a.noise])
-    for key in ("cost_error", "unknown_total_share", "loss_noise", "fair"):
-        if getattr(a, key) is not None:
-            cfg["fair_share" if key == "fair" else key] = getattr(a, key)
-    if a.qos_over_shares:
-        cfg["qos_over_shares"] = True
-    if a.unlabelled and not a.manager_view:
-        ap.error("--unlabelled needs --manager-view")
-    if (a.unmeasured or a.speed_error is not None) and not a.unlabelled:
-        ap.error("--unmeasured and --speed-error need --unlabelled")
-    if a.manager_view:
-        cfg["manager_view"] = True
-        cfg["labelled_speeds"] = not a.unlabelled
-        if a.unlabelled:
-            cfg["measured_speeds"] = not a.unmeasured
-        if a.unlabelled and not a.unmeasured:
-            cfg["speed_error"] = (SimConfig().speed_error if a.speed_error is None
-                                  else a.speed_error)
+    cfg = view_config(ap, a)
     if a.out is None:
         name = "suite.json" if a.noise == "none" else f"suite-noisy-{a.noise}.json"
         a.out = ROOT / "docs" / "results" / name
-    try:
-        SimConfig(**cfg)
-    except ValueError as exc:
-        ap.error(str(exc))
     started = time.time()
     work = [(f, i, policies, list(range(a.seeds)), cfg)
             for f in families for i in range(a.first, a.first + a.workloads)]

@@ -45,3 +45,18 @@ def test_the_suite_prints_the_redrawn_row_only_when_asked() -> None:
                              text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         assert (f"| {suite.REDRAWN} |" in out.stdout) is shown, out.stdout
+
+
+def test_workload_seeds_tells_per_seed_changes_and_refuses_bad_input() -> None:
+    tool = [sys.executable, str(ROOT / "benchmarks/workload_seeds.py")]
+    out = subprocess.run([*tool, "standard", "0", "--seeds", "2"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for label in ("average completion", "makespan", "time to 90%"):
+        assert f"{label}: means of seeds 0-1" in out.stdout and "of 2;" in out.stdout
+    assert "worst job over all 2 seeds' means" in out.stdout
+    for bad, said in ((["nope", "0"], "unknown family 'nope'"),
+                      (["standard", "0", "--policy", "oracle"], "not a policy to set"),
+                      (["standard", "0", "--unlabelled"], "--unlabelled needs --manager-view")):
+        out = subprocess.run([*tool, *bad], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
