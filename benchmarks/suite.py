@@ -32,6 +32,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,28 @@ sys.path.insert(0, str(ROOT))
 
 from specon.core.policy import POLICIES, canonical  # noqa: E402
 from specon.sim.generate import FAMILIES, family_workload  # noqa: E402
-from specon.sim.model import SimConfig  # noqa: E402
+from specon.sim.model import RunResult, SimConfig  # noqa: E402
 from specon.sim.noise import NOISE  # noqa: E402
 from specon.sim.runner import run_one  # noqa: E402
+
+#: The pseudo-policy ``--redrawn`` adds: default on seeds REDRAW_OFFSET + each seed, compared
+#: with default on the seeds themselves as any policy is.
+REDRAWN = "default-redrawn"
+REDRAW_OFFSET = 1000
+
+
+def completions(runs: Iterable[RunResult]) -> dict[str, list[float]]:
+    """Each job's completion time in each of ``runs`` (one per seed)."""
+    out: dict[str, list[float]] = {}
+    for res in runs:
+        for j in res.jobs:
+            out.setdefault(j.name, []).append(j.completion_s)
+    return out
+
+
+def slowdowns(mine: dict[str, list[float]], base: dict[str, list[float]]) -> dict[str, float]:
+    """Each job's mean completion over its mean completion in ``base`` (default's)."""
+    return {n: statistics.fmean(v) / statistics.fmean(base[n]) for n, v in mine.items()}
 
 
 def one_workload(args: tuple[str, int, list[str], list[int], dict[str, Any]]
@@ -56,29 +76,20 @@ def one_workload(args: tuple[str, int, list[str], list[int], dict[str, Any]]
                            "policies": {}}
     per_job: dict[str, dict[str, list[float]]] = {}
     for p in policies:
-        rows = []
-        for seed in seeds if p != "oracle" else seeds[:1]:
-            res = (run_one(wl, "default", cfg, REDRAW_OFFSET + seed) if p == REDRAWN
-                   else run_one(wl, p, cfg, seed))
-            rows.append(res.summary())
-            for j in res.jobs:
-                per_job.setdefault(p, {}).setdefault(j.name, []).append(j.completion_s)
+        runs = [run_one(wl, "default", cfg, REDRAW_OFFSET + seed) if p == REDRAWN
+                else run_one(wl, p, cfg, seed)
+                for seed in (seeds if p != "oracle" else seeds[:1])]
+        rows = [res.summary() for res in runs]
+        per_job[p] = completions(runs)
         out["policies"][p] = {k: statistics.fmean(float(r[k]) for r in rows)
                               for k in ("avg_completion_s", "makespan_s", "avg_time_to_90_s",
                                         "p95_completion_s")}
-    base = {n: statistics.fmean(v) for n, v in per_job["default"].items()}
     for p in policies:
         if p == "oracle":
             continue
-        ratios = sorted(statistics.fmean(v) / base[n] for n, v in per_job[p].items())
-        out["policies"][p]["slowdowns"] = ratios
+        out["policies"][p]["slowdowns"] = sorted(
+            slowdowns(per_job[p], per_job["default"]).values())
     return out
-
-
-#: The pseudo-policy ``--redrawn`` adds: default on seeds REDRAW_OFFSET + each seed, compared
-#: with default on the seeds themselves as any policy is.
-REDRAWN = "default-redrawn"
-REDRAW_OFFSET = 1000
 
 
 def _p99(values: list[float]) -> float:

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from suite import add_view_args, view_config  # noqa: E402
+from suite import add_view_args, completions, pct, slowdowns, view_config  # noqa: E402
 
 from specon.core.policy import POLICIES, canonical  # noqa: E402
 from specon.sim.generate import FAMILIES, family_workload  # noqa: E402
@@ -38,10 +38,6 @@ METRICS = (("avg_completion_s", "average completion"), ("makespan_s", "makespan"
            ("avg_time_to_90_s", "time to 90%"))
 #: The suite's number of seeds, whose means it compares.
 SUITE_SEEDS = 3
-
-
-def change(new: float, old: float) -> float:
-    return 100.0 * (new / old - 1.0)
 
 
 def main() -> None:
@@ -65,26 +61,22 @@ def main() -> None:
     print(f"{wl.description}; {a.seeds} seeds, {policy} against default")
     runs = {p: [run_one(wl, p, cfg, seed) for seed in range(a.seeds)]
             for p in ("default", policy)}
+    summaries = {p: [r.summary() for r in rs] for p, rs in runs.items()}
     for key, label in METRICS:
-        base = [r.summary()[key] for r in runs["default"]]
-        mine = [r.summary()[key] for r in runs[policy]]
-        per_seed = [change(m, b) for m, b in zip(mine, base, strict=True)]
+        base = [float(s[key]) for s in summaries["default"]]
+        mine = [float(s[key]) for s in summaries[policy]]
+        per_seed = [pct(m, b) for m, b in zip(mine, base, strict=True)]
         k = min(SUITE_SEEDS, a.seeds)
-        first = change(statistics.fmean(mine[:k]), statistics.fmean(base[:k]))
-        every = change(statistics.fmean(mine), statistics.fmean(base))
+        first = pct(statistics.fmean(mine[:k]), statistics.fmean(base[:k]))
+        every = pct(statistics.fmean(mine), statistics.fmean(base))
         print(f"{label}: means of seeds 0-{k - 1} {first:+.1f}%, of all {a.seeds} {every:+.1f}%; "
               f"per seed {min(per_seed):+.1f}% .. {max(per_seed):+.1f}%, worse in "
               f"{sum(c > 0 for c in per_seed)} of {a.seeds}; default {min(base):.0f}-"
               f"{max(base):.0f} s, {policy} {min(mine):.0f}-{max(mine):.0f} s")
-    jobs: dict[str, dict[str, list[float]]] = {}
-    for p, rs in runs.items():
-        for r in rs:
-            for j in r.jobs:
-                jobs.setdefault(p, {}).setdefault(j.name, []).append(j.completion_s)
-    worst = max(jobs[policy], key=lambda n: statistics.fmean(jobs[policy][n])
-                / statistics.fmean(jobs["default"][n]))
-    ratio = statistics.fmean(jobs[policy][worst]) / statistics.fmean(jobs["default"][worst])
-    print(f"worst job over all {a.seeds} seeds' means: {worst}, {ratio:.2f}x its default time")
+    slow = slowdowns(completions(runs[policy]), completions(runs["default"]))
+    worst = max(slow, key=lambda n: slow[n])
+    print(f"worst job over all {a.seeds} seeds' means: {worst}, {slow[worst]:.2f}x its default "
+          "time")
 
 
 if __name__ == "__main__":
