@@ -22,9 +22,19 @@ import httpx
 import pytest
 from kubeflowlib import Kubeflow, kubeflow  # noqa: F401  (a fixture)
 from planelib import Plane
-from planemanager import Api, JobStandIn, ManagerProcess, apply, running_on, wait_for
+from planemanager import (
+    Api,
+    JobStandIn,
+    ManagerProcess,
+    apply,
+    assert_placed,
+    running_on,
+    wait_for,
+)
 from test_manager_plane import (  # noqa: F401  (module fixtures, registered here)
     JOB_PHASES,
+    SCHED,
+    SETUP_BEAT_S,
     agents_for,
     api,
     assert_resumed_exactly,
@@ -99,12 +109,12 @@ def migrate_once(plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, st
     manager.start()
     agents = agents_for(manager.url, tokens)
     set_layout(plane, agents, mnodes, ns, NODE_3_BEST)
-    beat_all(agents)
+    beat_all(agents, answered_within=SETUP_BEAT_S)
     apply(plane, ns, obj)
     first = wait_for(f"{prefix}* running", lambda: running(api, ns, prefix), timeout=90)[0]
     # placed by the specon profile, where the extender scored best
     assert first["spec"]["schedulerName"] == "specon"
-    assert first["spec"]["nodeName"] == mnodes[3]
+    assert_placed(plane, first, mnodes[3], SCHED)
     pod, uid = first["metadata"]["name"], first["metadata"]["uid"]
     if hold:
         plane.kubectl("annotate", "-n", ns, f"pod/{pod}", "specon.test/kubelet-gone=true")
@@ -299,10 +309,10 @@ def test_killing_the_manager_mid_migration_of_a_pytorchjob_never_loses_or_duplic
     manager.start(fault_exit_after_phase=phase)
     agents = agents_for(manager.url, tokens)
     set_layout(plane, agents, mnodes, ns, NODE_3_BEST)
-    beat_all(agents)
+    beat_all(agents, answered_within=SETUP_BEAT_S)
     apply(plane, ns, pytorchjob("pk", tag))
     pod = wait_for("pk running", lambda: running(api, ns, "pk-master-"), timeout=90)[0]
-    assert pod["spec"]["nodeName"] == mnodes[3]
+    assert_placed(plane, pod, mnodes[3], SCHED)
     name = pod["metadata"]["name"]
     crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-pk", "pk-master-")

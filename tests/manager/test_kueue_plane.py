@@ -23,6 +23,7 @@ from planelib import Plane
 from planemanager import Api, JobStandIn, ManagerProcess, apply, wait_for
 from test_manager_plane import (  # noqa: F401  (module fixtures, registered here)
     SCHED,
+    SETUP_BEAT_S,
     agents_for,
     api,
     assert_resumed_exactly,
@@ -156,7 +157,7 @@ def test_a_kueue_admitted_job_is_placed_and_migrated_by_specon_and_kueue_keeps_i
         agents = agents_for(manager.url, tokens)
         # node 3 the best place, so the Job's pod lands there
         set_layout(plane, agents, qnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
-        beat_all(agents)
+        beat_all(agents, answered_within=SETUP_BEAT_S)
         # Kueue's mutating webhook is in the path: it suspends a queued Job created running.
         unsuspended = kueue_job("kq", tag, lq)
         unsuspended["spec"]["suspend"] = False
@@ -315,7 +316,7 @@ def test_kueue_taking_the_quota_back_mid_migration_ends_it_and_the_job_resumes_w
         manager.start()
         agents = agents_for(manager.url, tokens)
         set_layout(plane, agents, qnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
-        beat_all(agents)
+        beat_all(agents, answered_within=SETUP_BEAT_S)
         apply(plane, ns, kueue_job("ks", tag, lq))
         first = wait_for("the Job's pod running", lambda: [
             p for p in live(api.pods(ns), "ks-") if p["status"].get("phase") == "Running"])[0]

@@ -24,6 +24,7 @@ from planemanager import (
     JobStandIn,
     ManagerProcess,
     apply,
+    assert_placed,
     placeholder_pods,
     running_on,
     scheduler_config,
@@ -130,9 +131,24 @@ def set_layout(plane: Plane, agents: dict[str, AgentStandIn], nodes: list[str], 
         agents[node].set_jobs({f"virtual-{i}-{k}": c for k, c in enumerate(layout[i])}, ns)
 
 
-def beat_all(agents: dict[str, AgentStandIn]) -> None:
+def beat_all(agents: dict[str, AgentStandIn], answered_within: float = 0) -> None:
+    """A heartbeat from every agent. One the manager does not answer (away, or slower than the
+    stand-in's 5 s) is dropped, as an agent would drop it, unless ``answered_within`` (s) is
+    given: then it is sent again until answered, and the test fails if it is not. A set-up
+    beat must be answered: a node the manager has not heard of scores 0, and the pod the test
+    expects there goes elsewhere (the likeliest cause of a CI failure where a PyTorchJob's pod
+    landed on a node the extender scored low, with no extender error in the scheduler's log)."""
     for a in agents.values():
-        a.beat()
+        if a.beat() is None and answered_within > 0:
+            deadline = time.monotonic() + answered_within
+            while a.beat() is None:
+                assert time.monotonic() < deadline, (
+                    f"the manager answered no heartbeat of {a.node} in {answered_within:.0f} s")
+                time.sleep(0.5)
+
+
+#: How long a set-up heartbeat may take to be answered (beat_all's answered_within).
+SETUP_BEAT_S = 60.0
 
 
 def start_job(api: Api, ns: str, agents: dict[str, AgentStandIn], job: JobStandIn, pod: str,
@@ -286,7 +302,7 @@ def test_new_training_pods_land_where_the_specon_score_prefers(
         with serve(recorder, port=port) as url:
             agents = agents_for(url, tokens)
             set_layout(plane, agents, mnodes, ns, WORKED)
-            beat_all(agents)
+            beat_all(agents, answered_within=SETUP_BEAT_S)
             pod = train_pod("p1", tag)  # opted in by the training label
             pod["spec"]["schedulerName"] = other
             apply(plane, ns, pod)
@@ -545,11 +561,11 @@ def test_job_owned_pod_is_migrated_and_its_job_controller_recreates_it_on_the_ta
     agents = agents_for(manager.url, tokens)
     # first make node 3 the best place, so the Job's pod lands there
     set_layout(plane, agents, mnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
-    beat_all(agents)
+    beat_all(agents, answered_within=SETUP_BEAT_S)
     apply(plane, ns, train_job("tj", tag))
     first = wait_for("the Job's pod running", lambda: [
         p for p in live(api.pods(ns), "tj-") if p["status"].get("phase") == "Running"])[0]
-    assert first["spec"]["nodeName"] == mnodes[3]
+    assert_placed(plane, first, mnodes[3], SCHED)
     name = first["metadata"]["name"]
     crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-tj", "tj-")
@@ -583,12 +599,12 @@ def test_a_statefulset_or_deployment_pod_moves_with_never_two_copies(
     manager.start(migrate_replicaset_pods=True)
     agents = agents_for(manager.url, tokens)
     set_layout(plane, agents, mnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
-    beat_all(agents)
+    beat_all(agents, answered_within=SETUP_BEAT_S)
     name = "ts" if kind == "StatefulSet" else "td"
     apply(plane, ns, owned_workload(kind, name, tag))
     first = wait_for(f"the {kind}'s pod running", lambda: [
         p for p in live(api.pods(ns), name + "-") if p["status"].get("phase") == "Running"])[0]
-    assert first["spec"]["nodeName"] == mnodes[3]
+    assert_placed(plane, first, mnodes[3], SCHED)
     pod, uid = first["metadata"]["name"], first["metadata"]["uid"]
     plane.kubectl("annotate", "-n", ns, f"pod/{pod}", "specon.test/kubelet-gone=true")
     crowded_source(plane, mnodes, ns, agents)
@@ -651,7 +667,7 @@ def kill_mid_migration(plane: Plane, api: Api, mnodes: list[str], tokens: dict[s
         prefix = "tk-"
         # node 3 the best place, so the Job's pod lands there
         set_layout(plane, agents, mnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
-        beat_all(agents)
+        beat_all(agents, answered_within=SETUP_BEAT_S)
         apply(plane, ns, train_job("tk", tag))
         name = wait_for("the Job's pod running", lambda: [
             p["metadata"]["name"] for p in live(api.pods(ns), prefix)

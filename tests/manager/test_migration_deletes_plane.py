@@ -21,10 +21,13 @@ from planemanager import (
     JobStandIn,
     ManagerProcess,
     apply,
+    assert_placed,
     running_on,
     wait_for,
 )
 from test_manager_plane import (  # noqa: F401  (fixtures, registered by the import)
+    SCHED,
+    SETUP_BEAT_S,
     agents_for,
     api,
     beat_all,
@@ -146,14 +149,14 @@ def test_a_job_deleted_after_its_pod_saved_ends_the_migration_at_once(
     manager.start()
     agents = agents_for(manager.url, tokens)
     set_layout(plane, agents, mnodes, ns, [["PC"] * 4, ["PC"] * 4, ["PC"] * 4, []])
-    beat_all(agents)
+    beat_all(agents, answered_within=SETUP_BEAT_S)
     spec = train_job("dj", tag)
     spec["spec"]["template"]["metadata"]["annotations"] = {HOLD: "true"}
     apply(plane, ns, spec)
     first = wait_for("the Job's pod running", lambda: [
         p for p in live(api.pods(ns), "dj-") if p["status"].get("phase") == "Running"])[0]
     name = first["metadata"]["name"]
-    assert first["spec"]["nodeName"] == mnodes[3]
+    assert_placed(plane, first, mnodes[3], SCHED)
     crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-dj", "dj-")
     start_job(api, ns, agents, job, name)
