@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from specon.kinds import pod_kind
+from specon.wire import LABEL_MIGRATABLE
 from specon_manager.job_keys import is_training_pod, kind_key, pod_key, reservation_key
 from specon_manager.node_table import MAX_PRIORITY
 from specon_manager.qos_book import QosBook
@@ -243,4 +244,5 @@ def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_nam
     kind = pod_kind(pod)
     meta = pod.get("metadata") or {}
     key = kind_key(str(meta.get("namespace") or "default"), kind) if kind else None
-    return state.encoded_priorities(names, qos=spec is not None, kind=key)
+    movable = (meta.get("labels") or {}).get(LABEL_MIGRATABLE) == "true"
+    return state.encoded_priorities(names, qos=spec is not None, kind=key, movable=movable)

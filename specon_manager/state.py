@@ -48,7 +48,7 @@ from specon_manager.node_table import MAX_PRIORITY, NodeTable, finish
 #: How often the measured speeds' scale is taken again (one pass over the nodes' labels).
 SCALE_EVERY_S = 10.0
 #: The placement rules the extender runs, by name (a policy's ``placement``).
-PLACEMENTS: dict[str, Callable[[ClusterState, list[str], int, str | None], list[int]]] = {}
+PLACEMENTS: dict[str, Callable[[ClusterState, list[str], int, str | None, bool], list[int]]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,30 +149,33 @@ class ClusterState:
             self._kinds.setdefault(kind, set()).add(node)
 
     # -- the extender's look-ups (no per-node objects built) ------------------------------------
-    def priorities(self, names: list[str], max_score: int, kind: str | None = None) -> list[int]:
+    def priorities(self, names: list[str], max_score: int, kind: str | None = None,
+                   movable: bool = True) -> list[int]:
         """The extender's priorities of these nodes for a training pod of ``kind`` (a
-        :func:`~specon_manager.job_keys.kind_key`; None: not known), positionally (0: no fresh
-        heartbeat), by the policy's placement rule (:data:`PLACEMENTS`)."""
-        return PLACEMENTS[self.placement](self, names, max_score, kind)
+        :func:`~specon_manager.job_keys.kind_key`; None: not known) that can be moved later
+        or not (its ``specon.io/migratable`` label), positionally (0: no fresh heartbeat), by
+        the policy's placement rule (:data:`PLACEMENTS`)."""
+        return PLACEMENTS[self.placement](self, names, max_score, kind, movable)
 
     def _neutral_priorities(self, names: list[str], max_score: int,
-                            kind: str | None = None) -> list[int]:
+                            kind: str | None = None, movable: bool = True) -> list[int]:
         """Kubernetes' default placement ("spread"): every fresh node alike, so that the
         scheduler's own scoring decides."""
-        del kind
+        del kind, movable
         now = self.clock()
         with self._lock:
             return [max_score if self.is_fresh(n, now) else 0 for n in names]
 
     def _progress_priorities(self, names: list[str], max_score: int,
-                             kind: str | None = None) -> list[int]:
+                             kind: str | None = None, movable: bool = True) -> list[int]:
         """The progress-aware placement (specon.core.progress.placement_scores): the new pod
         placed where it adds the least predicted completion among the least loaded nodes
         (decoded only those), taken as the typical job of its kind where every one of those
         nodes' speed is known (labelled, or measured by its agent) and jobs of that kind are
         reported, else as the typical job of those nodes (specon.core.job_loads.new_job_load:
         the median work left of the jobs reported and, speeds known, the median cores they
-        use)."""
+        use). A pod that cannot be moved is kept off nodes where it would be slow were it one
+        thread (specon.core.progress.SERIAL_TIME_BOUND)."""
         now = self.clock()
         with self._lock:
             fresh = {n: self._nodes[n] for n in names if self.is_fresh(n, now)}
@@ -183,7 +186,8 @@ class ClusterState:
         nodes = self.node_loads(order[:CANDIDATES])
         known = all(self.known_speed(n.name) is not None for n in nodes)
         same = self._kind_jobs(kind, now) if known and kind is not None else []
-        job = new_job_load(same, nodes, max(fresh[n].cpus for n in fresh), by_cores=known)
+        job = replace(new_job_load(same, nodes, max(fresh[n].cpus for n in fresh),
+                                   by_cores=known), movable=movable)
         scores = placement_scores(nodes, job, self.weights, max_score)
         return [scores.get(n, 1) if n in fresh else 0 for n in names]
 
@@ -259,10 +263,10 @@ class ClusterState:
         return DEFAULT_SPEED if speed is None else speed
 
     def _specon_priorities(self, names: list[str], max_score: int,
-                           kind: str | None = None) -> list[int]:
+                           kind: str | None = None, movable: bool = True) -> list[int]:
         """Algorithm 4's extender priorities; a reserved migration target counts its incoming
         job as converged."""
-        del kind
+        del kind, movable
         with self._lock:
             return self._table_priorities(self._table.rows(names), False, max_score).tolist()  # type: ignore[no-any-return]
 
@@ -288,7 +292,7 @@ class ClusterState:
         return placement_priorities(score, t.load[rows], fresh, max_score)
 
     def encoded_priorities(self, names: list[str], qos: bool = False,
-                           kind: str | None = None) -> bytes:
+                           kind: str | None = None, movable: bool = True) -> bytes:
         """The extender's HostPriorityList (JSON bytes) of these nodes: the QoS rule's with
         ``qos``, else the policy's placement rule's. Algorithm 4's and the QoS rule are read
         from the node table and encoded there, with no per-node objects; another policy's rule
@@ -300,7 +304,7 @@ class ClusterState:
                 scores = self._table_priorities(rows, qos)
                 items = t.encoded[rows, scores]
             return finish(names, rows, scores, items)
-        return self.encoded_scores(names, self.priorities(names, MAX_PRIORITY, kind))
+        return self.encoded_scores(names, self.priorities(names, MAX_PRIORITY, kind, movable))
 
     def encoded_scores(self, names: list[str], scores: list[int]) -> bytes:
         """A HostPriorityList of given scores (0..MAX_PRIORITY) for these nodes."""

@@ -82,6 +82,9 @@ class JobLoad:
     starved: bool = False
     #: Work it has done so far (the unit of ``work``); None when not known.
     attained: float | None = None
+    #: Can be moved later by checkpoint and restore (a new pod: its ``specon.io/migratable``
+    #: label); one that cannot is placed with its speed-up in doubt (SERIAL_TIME_BOUND).
+    movable: bool = True
 
     def speed(self, cores: float) -> float:
         if self.threads is None:
@@ -292,6 +295,13 @@ def least_loaded(nodes: Sequence[NodeLoad], k: int = CANDIDATES) -> list[NodeLoa
 #: its time on the candidate where it would finish soonest, whatever the others gain (a bound on
 #: what one job gives up for the sum: issue 28's worst job).
 OWN_TIME_BOUND = 1.5
+#: A new job that cannot be moved is never placed where, run as one thread, it would take over
+#: this many times its one-thread time on the best candidate. Its speed-up is a guess (the
+#: manager knows none: linear up to the cores its kind uses), and a job that does not scale,
+#: put on many cores slow per core for their sum, is stuck there (issue 28: a long job of a
+#: kind that does not scale, placed on 8 cores of speed 0.29, ran 7.6 times its default time).
+#: A job that can be moved is moved off a bad guess once its progress tells (plan_moves).
+SERIAL_TIME_BOUND = 2.0
 #: Besides the CANDIDATES least loaded, the nodes where the job runs fastest are compared.
 FASTEST = 4
 #: Placements within this share of the least added are taken as equal (then: least backlog).
@@ -301,7 +311,8 @@ TOLERANCE = 0.01
 def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIGHTS,
                 tolerance: float = TOLERANCE) -> str | None:
     """The node where the new job adds the least to the predicted sum of times to finish,
-    among those where its own predicted time is within OWN_TIME_BOUND of its best; among
+    among those where its own predicted time is within OWN_TIME_BOUND of its best (and, for a
+    job that cannot be moved, its time as one thread within SERIAL_TIME_BOUND); among
     nodes within ``tolerance`` of the least (the model sees no cost in sharing a node whose
     jobs cannot use all of it, a real node does), the one with the least backlog, then the
     larger, then by name. Only the CANDIDATES least loaded nodes and the FASTEST nodes for
@@ -313,8 +324,9 @@ def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIG
 
 def _compare(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights
              ) -> tuple[list[NodeLoad], dict[str, float], dict[str, float]]:
-    """The candidates for a new job (the CANDIDATES least loaded and the FASTEST for it), what
-    it adds to each one's predicted sum of times to finish, and its own predicted time there."""
+    """The candidates for a new job (the CANDIDATES least loaded and the FASTEST for it, less
+    those :func:`_serial_fit` rules out for a job that cannot be moved), what it adds to each
+    one's predicted sum of times to finish, and its own predicted time there."""
     picked = {n.name: n for n in least_loaded(nodes)}
     if FASTEST and len(nodes) > len(picked):
         fastest = sorted(nodes, key=lambda n: (-_top_rate(job, n), *load_key(
@@ -325,13 +337,25 @@ def _compare(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights
         times = predicted_times(n, job, weights)
         delta[n.name] = sum(times.values()) - predicted_sum(n, None, weights)
         own[n.name] = times[job.name]
-    return list(picked.values()), delta, own
+    candidates = list(picked.values())
+    if not job.movable:
+        candidates = _serial_fit(candidates, job, weights)
+    return candidates, delta, own
+
+
+def _serial_fit(nodes: list[NodeLoad], job: JobLoad, weights: Weights) -> list[NodeLoad]:
+    """Those of ``nodes`` where ``job``, were it one thread, would finish within
+    SERIAL_TIME_BOUND of its soonest finish as one thread among them."""
+    one = replace(job, cap=min(job.cap, 1.0), threads=None)
+    alone = {n.name: predicted_times(n, one, weights)[job.name] for n in nodes}
+    bound = SERIAL_TIME_BOUND * min(alone.values())
+    return [n for n in nodes if alone[n.name] <= bound * (1 + 1e-9)]
 
 
 def _choose(nodes: list[NodeLoad], delta: dict[str, float], own: dict[str, float],
             tolerance: float) -> str:
     """:func:`choose_node`'s pick among :func:`_compare`'s candidates."""
-    bound = OWN_TIME_BOUND * min(own.values())
+    bound = OWN_TIME_BOUND * min(own[n.name] for n in nodes)
     nodes = [n for n in nodes if own[n.name] <= bound * (1 + 1e-9)]
     least = min(delta[n.name] for n in nodes)
     near = [n for n in nodes if delta[n.name] <= least + tolerance * max(least, 1e-9)]
@@ -398,12 +422,15 @@ def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights =
                      max_score: int = 10) -> dict[str, int]:
     """Scheduler priorities 1..max_score for placing ``job``: the node :func:`choose_node` picks
     gets max_score, the others fall linearly with what the job would add to their predicted
-    sum of completion times (only the CANDIDATES least loaded are modelled; the rest get 1)."""
+    sum of completion times (only the CANDIDATES least loaded are modelled; the rest get 1, as
+    do those ruled out for a job that cannot be moved: SERIAL_TIME_BOUND)."""
     if not nodes:
         return {}
     candidates, added, own = _compare(nodes, job, weights)
     best = _choose(candidates, added, own, TOLERANCE)
-    delta = {n.name: added[n.name] for n in least_loaded(nodes)}  # the same predictions
+    kept = {n.name for n in candidates}
+    delta = {n.name: added[n.name] for n in least_loaded(nodes)  # the same predictions
+             if n.name in kept}
     lo, hi = min(delta.values()), max(delta.values())
     out = dict.fromkeys((n.name for n in nodes), 1)
     for name, d in delta.items():

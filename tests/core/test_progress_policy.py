@@ -1,5 +1,7 @@
 """The progress-aware policy's pure rules (specon/core/progress.py)."""
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from specon.core.progress import (
     choose_node,
     critical,
     node_shares,
+    placement_scores,
     plan_moves,
 )
 from specon.core.speedup import Curve
@@ -160,6 +163,40 @@ def test_no_job_is_placed_where_it_would_take_over_half_again_its_best_time():
     fast = NodeLoad("fast", 1, 2.0, tuple(job(f"q{i}", 150) for i in range(4)))
     slow = NodeLoad("slow", 32, 0.5)
     assert choose_node([fast, slow], job("new", 100)) == "fast"
+
+
+#: bursty workload 8, seed 7, at 334 s, as the manager sees it (work, cores, work done)
+BURSTY_8_FAST = [(162, 2, 513), (282, 1, 282), (1225, 4, 379), (348, 1, 27), (318, 2, 20),
+                 (40, 4, 3), (452, 1, 1), (131, 2, 0)]
+BURSTY_8_BIG = [(349, 1, 543), (554, 8, 554), (420, 8, 420), (508, 16, 508), (416, 1, 389),
+                (292, 2, 138), (216, 16, 216), (285, 16, 144), (105, 1, 102), (112, 16, 112),
+                (113, 8, 113), (884, 16, 84), (617, 16, 95), (387, 1, 75), (53, 2, 53),
+                (160, 16, 45), (3178, 2, 26), (28, 16, 28), (2115, 8, 23), (108, 8, 0)]
+
+
+def test_a_job_that_cannot_be_moved_is_kept_off_cores_slow_for_one_thread():
+    """Issue 28, worst job (bursty workload 8, seed 7, as the manager sees it): a long job of
+    a kind that keeps 8 cores busy, taken as linear up to 8 cores, adds least to the sum on an
+    empty node of 8 cores of speed 0.25 (2 units) and was placed there; its kind does not
+    scale, it cannot be moved, and it ran 7.6 times its default time. One that can be moved
+    still goes there (a wrong guess is moved off once its progress tells); one that cannot is
+    kept where, were it one thread, it would finish within SERIAL_TIME_BOUND of its best."""
+    def linear(cores):
+        return Curve.of([(1, 1.0), (cores, float(cores))]) if cores > 1 else ONE
+
+    def node(name, cpus, speed, jobs):
+        return NodeLoad(name, cpus, speed, tuple(
+            job(f"{name}{i}", w, linear(c), cap=c, attained=a)
+            for i, (w, c, a) in enumerate(jobs)))
+
+    nodes = [node("slow", 8, 0.25, []), node("fast", 4, 2.77, BURSTY_8_FAST),
+             node("big", 16, 2.29, BURSTY_8_BIG)]
+    new = job("new", 349, linear(8), cap=8)
+    assert choose_node(nodes, new) == "slow"
+    kept = choose_node(nodes, replace(new, movable=False))
+    assert kept in ("fast", "big")
+    scores = placement_scores(nodes, replace(new, movable=False))
+    assert scores["slow"] == 1 and scores[kept] == 10
 
 
 def test_a_job_behind_equal_shares_by_a_quarter_of_its_work_is_starved():

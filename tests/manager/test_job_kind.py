@@ -14,7 +14,7 @@ from managerlib import heartbeat, job
 
 from specon.core.policy import lookup
 from specon.core.progress import KIND_NODES
-from specon.names import LABEL_CPU_SPEED, LABEL_KIND
+from specon.names import LABEL_CPU_SPEED, LABEL_KIND, LABEL_MIGRATABLE
 from specon.wire import Heartbeat
 from specon_manager.extender import prioritize_nodes
 from specon_manager.node_speed import NodeSpeeds
@@ -81,10 +81,12 @@ def test_at_most_kind_nodes_are_read_for_a_kind() -> None:
     assert len(jobs) == KIND_NODES and {j.work for j in jobs} == {100.0}
 
 
-def pod(labels: dict[str, str] | None, image: Any, namespace: str = "default"
-        ) -> dict[str, Any]:
+def pod(labels: dict[str, str] | None, image: Any, namespace: str = "default",
+        movable: bool = True) -> dict[str, Any]:
+    """A new training pod, by default one that can be moved (``specon.io/migratable``)."""
+    mine = {"specon.io/training": "true", **({LABEL_MIGRATABLE: "true"} if movable else {})}
     return {"metadata": {"name": "new", "namespace": namespace,
-                         "labels": {"specon.io/training": "true", **(labels or {})}},
+                         "labels": {**mine, **(labels or {})}},
             "spec": {"schedulerName": "specon", "containers": [{"name": "main",
                                                                  "image": image}]}}
 
@@ -111,3 +113,21 @@ def test_a_pod_of_another_namespace_is_not_placed_by_this_ones_kind() -> None:
             "NodeNames": ["fast", "big", "busy"]}
     got = json.loads(prioritize_nodes(state, args, "specon"))
     assert max(got, key=lambda h: h["Score"])["Host"] == "fast", got
+
+
+@pytest.mark.parametrize(("labels", "winner"), [
+    ({LABEL_MIGRATABLE: "true"}, "big"),  # it can be moved off a bad guess later
+    (None, "fast"),  # it cannot: kept off the node 4x slower per core
+    ({LABEL_MIGRATABLE: "false"}, "fast"),
+])
+def test_a_pod_that_cannot_be_moved_is_kept_off_cores_slow_for_one_thread(
+        labels: dict[str, str] | None, winner: str) -> None:
+    """Its kind keeps 16 cores busy, so 16 slow cores look better than 2 fast ones; but busy
+    cores are not a speed-up (a job may spin threads it gains nothing from), and a pod that
+    cannot be moved would be stuck on the slow node were it effectively one thread
+    (specon.core.progress.SERIAL_TIME_BOUND)."""
+    state = state_of(labelled=True)
+    args = {"Pod": pod({LABEL_KIND: "wide", **(labels or {})}, "trainer:1", movable=False),
+            "NodeNames": ["fast", "big", "busy"]}
+    got = json.loads(prioritize_nodes(state, args, "specon"))
+    assert max(got, key=lambda h: h["Score"])["Host"] == winner, got

@@ -6,7 +6,7 @@ through the worker's node controller, as the agent runs it."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from specon.core.node import qos_limits_over
@@ -135,6 +135,7 @@ def _progress_place(sim: Simulator, job: Job, fits: list[Worker]) -> str:
         load = inputs.load(sim, job, fits[0])
     else:
         load = inputs.placement_load(sim, job)
+    load = replace(load, movable=job.spec.migratable)
     return choose_node(nodes, load, sim.cfg.weights) or fits[0].name
 
 
