@@ -196,7 +196,7 @@ def job_rows(opts: argparse.Namespace) -> list[Obj]:
             "limit_from": source,
             "eta_s": at["eta_s"] if at is not None and at.get("fresh") else None,
             "moves": len(chain) - 1, "replaced": [n for n, _ in chain[1:]],
-            "migratable": (md.get("labels") or {}).get(names.LABEL_MIGRATABLE) == "true",
+            "migratable": names.migratable(md.get("labels") or {}),
         })
     return rows
 

@@ -95,6 +95,12 @@ ENVIRONMENT = (ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_EVERY, ENV_PROGRESS_FILE)
 FILES = (REQUEST_FILE, SAVED_FILE, THREADS_FILE)
 
 
+def migratable(labels: Mapping[str, Any]) -> bool:
+    """Whether a pod's labels opt it in to migration (``specon.io/migratable: "true"``): it may
+    be moved by checkpoint and restore, and it is placed as one that can be."""
+    return labels.get(LABEL_MIGRATABLE) == "true"
+
+
 def opted_in(pod: Mapping[str, Any], label: str = LABEL_TRAINING,
              scheduler_name: str = SCHEDULER_NAME) -> bool:
     """Whether a pod (the API's JSON) is a training job SpeCon follows: ``label`` set to

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from specon.kinds import pod_kind
-from specon.wire import LABEL_MIGRATABLE
+from specon.names import migratable
 from specon_manager.job_keys import is_training_pod, kind_key, pod_key, reservation_key
 from specon_manager.node_table import MAX_PRIORITY
 from specon_manager.qos_book import QosBook
@@ -244,5 +244,5 @@ def prioritize_nodes(state: ClusterState, args: Mapping[str, Any], scheduler_nam
     kind = pod_kind(pod)
     meta = pod.get("metadata") or {}
     key = kind_key(str(meta.get("namespace") or "default"), kind) if kind else None
-    movable = (meta.get("labels") or {}).get(LABEL_MIGRATABLE) == "true"
+    movable = migratable(meta.get("labels") or {})
     return state.encoded_priorities(names, qos=spec is not None, kind=key, movable=movable)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import Any
 
+from specon.names import migratable
 from specon.wire import LABEL_MIGRATABLE
 from specon_manager.kube import (
     OWNERS,
@@ -43,7 +44,7 @@ def why_not_movable(pod: dict[str, Any], job: dict[str, Any] | None, reason: str
         return ENDING[0]
     if (pod.get("status") or {}).get("phase") != "Running":
         return ENDING[1]
-    if labels_of(pod).get(LABEL_MIGRATABLE) != "true":
+    if not migratable(labels_of(pod)):
         return f"the pod did not opt in to migration (label {LABEL_MIGRATABLE}=true)"
     ref = controller_ref(pod)
     holder = pod

@@ -12,7 +12,8 @@ from typing import Any
 from specon.core.categorize import Category
 from specon.core.qos_rules import migration_hold
 from specon.core.scoring import WorkerView, decide_reallocation
-from specon.wire import LABEL_MIGRATABLE, ReallocationReply
+from specon.names import migratable
+from specon.wire import ReallocationReply
 from specon_manager.kube import controller_ref, labels_of, meta
 from specon_manager.migration.context import PhaseContext, log
 from specon_manager.migration.movable import is_ending, owner_of, parent_of, why_not_movable
@@ -49,7 +50,7 @@ def reserve(ctx: PhaseContext, pod: dict[str, Any], reason: str = "converged",
         d = decide_reallocation((), ctx.state.weights, source, movable=False)
         log.info("%s/%s stays where it is: %s", ns, name, why)
         assert d.decision == "stay"
-        if labels_of(pod).get(LABEL_MIGRATABLE) == "true":
+        if migratable(labels_of(pod)):
             # It asked to be movable and its owner's shape says no: tell its user.
             ctx.event(pod, "MigrationRefused", f"{name} cannot be migrated: {why}",
                       warning=True)
