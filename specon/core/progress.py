@@ -302,6 +302,12 @@ OWN_TIME_BOUND = 1.5
 #: kind that does not scale, placed on 8 cores of speed 0.29, ran 7.6 times its default time).
 #: A job that can be moved is moved off a bad guess once its progress tells (plan_moves).
 SERIAL_TIME_BOUND = 2.0
+#: A new job of which nothing is known (no work figure: the first pod of its kind on an empty
+#: cluster) is taken at this many seconds of work when its one-thread times are compared: with
+#: none, every node's time is 0 and the bound keeps them all (issue 28: the first job of
+#: `standard` 21, long and not movable, went to 32 cores of speed 0.85 beside 4 of 1.98). On
+#: empty nodes any positive figure gives the same ratios (its speeds per core).
+UNKNOWN_WORK_S = 60.0
 #: Besides the CANDIDATES least loaded, the nodes where the job runs fastest are compared.
 FASTEST = 4
 #: Placements within this share of the least added are taken as equal (then: least backlog).
@@ -345,8 +351,10 @@ def _compare(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights
 
 def _serial_fit(nodes: list[NodeLoad], job: JobLoad, weights: Weights) -> list[NodeLoad]:
     """Those of ``nodes`` where ``job``, were it one thread, would finish within
-    SERIAL_TIME_BOUND of its soonest finish as one thread among them."""
-    one = replace(job, cap=min(job.cap, 1.0), threads=None)
+    SERIAL_TIME_BOUND of its soonest finish as one thread among them (a job with no work
+    figure taken at UNKNOWN_WORK_S)."""
+    one = replace(job, cap=min(job.cap, 1.0), threads=None,
+                  work=job.work if job.work > 0 else UNKNOWN_WORK_S)
     alone = {n.name: predicted_times(n, one, weights)[job.name] for n in nodes}
     bound = SERIAL_TIME_BOUND * min(alone.values())
     return [n for n in nodes if alone[n.name] <= bound * (1 + 1e-9)]

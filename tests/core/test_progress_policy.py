@@ -199,6 +199,23 @@ def test_a_job_that_cannot_be_moved_is_kept_off_cores_slow_for_one_thread():
     assert scores["slow"] == 1 and scores[kept] == 10
 
 
+def test_a_job_that_cannot_be_moved_and_of_which_nothing_is_known_is_kept_off_slow_cores():
+    """Issue 28, makespan (`standard` workload 21 as the manager sees it): the first pod, on
+    an empty cluster, of a kind nothing is known of (no work figure, linear up to the node's
+    cores) made every node's time 0, so SERIAL_TIME_BOUND kept them all, and the largest won:
+    32 cores of speed 0.85 for a long job that does not scale and cannot be moved (3,206 s there
+    against 1,418 s on 4 cores of speed 1.98). Taken at UNKNOWN_WORK_S of work, its one-thread
+    time rules out cores over twice as slow as the fastest; a job that can be moved is placed
+    as before (its progress tells soon, and it is moved off a bad guess)."""
+    nodes = [NodeLoad("fast", 4, 1.98), NodeLoad("big", 32, 0.85), NodeLoad("mid", 8, 1.22)]
+    new = job("new", 0.0, Curve.of([(1, 1.0), (32, 32.0)]), cap=32)
+    assert choose_node(nodes, new) == "big"
+    kept = choose_node(nodes, replace(new, movable=False))
+    assert kept == "mid"  # within twice the fastest's one-thread time, the larger
+    scores = placement_scores(nodes, replace(new, movable=False))
+    assert scores["big"] == 1 and scores["mid"] == 10
+
+
 def test_a_job_behind_equal_shares_by_a_quarter_of_its_work_is_starved():
     assert not behind_equal_share(done_steps=10, fair_steps=35, total_steps=100)
     assert behind_equal_share(done_steps=10, fair_steps=36, total_steps=100)
