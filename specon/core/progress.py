@@ -439,10 +439,11 @@ def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights =
     kept = {n.name for n in candidates}
     delta = {n.name: added[n.name] for n in least_loaded(nodes)  # the same predictions
              if n.name in kept}
-    lo, hi = min(delta.values()), max(delta.values())
     out = dict.fromkeys((n.name for n in nodes), 1)
-    for name, d in delta.items():
-        frac = 1.0 if hi - lo < 1e-12 else (hi - d) / (hi - lo)
-        out[name] = 1 + round((max_score - 2) * frac)
+    if delta:  # none when every least loaded node is ruled out and a fastest one is kept
+        lo, hi = min(delta.values()), max(delta.values())
+        for name, d in delta.items():
+            frac = 1.0 if hi - lo < 1e-12 else (hi - d) / (hi - lo)
+            out[name] = 1 + round((max_score - 2) * frac)
     out[best] = max_score
     return out

@@ -216,6 +216,22 @@ def test_a_job_that_cannot_be_moved_and_of_which_nothing_is_known_is_kept_off_sl
     assert scores["big"] == 1 and scores["mid"] == 10
 
 
+def test_scores_when_every_least_loaded_node_is_ruled_out_for_a_job_that_cannot_be_moved():
+    """More nodes than CANDIDATES: the 20 least loaded are slow and empty, the 4 fast ones busy
+    (compared as the FASTEST); a job that cannot be moved is kept only on fast ones, so none of
+    the least loaded has a score to scale (placement_scores raised ValueError on an empty
+    min())."""
+    lin = Curve.of([(1, 1.0), (8, 8.0)])
+    slow = [NodeLoad(f"s{i:02d}", 8, 0.4) for i in range(20)]
+    fast = [NodeLoad(f"f{i}", 8, 2.0, (job(f"f{i}a", 5000, lin, cap=8),
+                                       job(f"f{i}b", 5000, lin, cap=8))) for i in range(4)]
+    new = job("new", 0.0, lin, cap=8, movable=False)
+    best = choose_node(slow + fast, new)
+    assert best.startswith("f")
+    scores = placement_scores(slow + fast, new)
+    assert scores[best] == 10 and all(scores[n.name] == 1 for n in slow)
+
+
 def test_a_job_behind_equal_shares_by_a_quarter_of_its_work_is_starved():
     assert not behind_equal_share(done_steps=10, fair_steps=35, total_steps=100)
     assert behind_equal_share(done_steps=10, fair_steps=36, total_steps=100)
