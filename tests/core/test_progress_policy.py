@@ -127,6 +127,23 @@ def test_shares_never_exceed_the_node_or_a_cap(cpus, specs):
         assert 0 < shares[j.name] <= j.cap + 1e-9
 
 
+@given(st.lists(st.tuples(st.sampled_from([2.0, 4.0, 8.0, 32.0]), st.floats(0.25, 4),
+                          st.lists(st.floats(0.0, 1e4), max_size=3)), min_size=1, max_size=40),
+       st.floats(0.0, 1e4), st.sampled_from([1.0, 8.0]), st.booleans())
+def test_placement_scores_rank_every_node_and_give_the_pick_the_top(specs, work, cap, movable):
+    """Any cluster (up to 40 nodes: more than CANDIDATES, so some are compared only as the
+    FASTEST), any new job (no work figure included, movable or not): every node gets a score
+    in 1..10, the node choose_node picks gets 10."""
+    nodes = [NodeLoad(f"n{i:02d}", cpus, speed, tuple(
+        job(f"n{i}j{k}", w, CNN, cap=cpus) for k, w in enumerate(works)))
+        for i, (cpus, speed, works) in enumerate(specs)]
+    new = job("new", work, CNN, cap=cap, movable=movable)
+    scores = placement_scores(nodes, new)
+    assert set(scores) == {n.name for n in nodes}
+    assert all(1 <= v <= 10 for v in scores.values())
+    assert scores[choose_node(nodes, new)] == 10
+
+
 def test_a_fixed_thread_count_makes_a_squeezed_job_worth_more_cores():
     fixed = node_shares(4, [job("a", 100, CNN, cap=4, threads=4), job("b", 10, CNN, cap=4)])
     free = node_shares(4, [job("a", 100, CNN, cap=4), job("b", 10, CNN, cap=4)])
