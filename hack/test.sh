@@ -43,7 +43,8 @@ export PATH="$VENV/bin:$PATH"
 stamp="$VENV/.specon-deps-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
   log "installing the package and test dependencies"
-  python -m pip install -q --upgrade pip
+  # setuptools as pyproject.toml's build-system asks: the later installs build without isolation
+  python -m pip install -q --upgrade pip 'setuptools>=77'
   python -m pip install -q -e '.[test]'
   touch "$stamp"
 else
