@@ -25,7 +25,6 @@ import math
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +32,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from suite import add_view_args, completions, markdown, slowdowns, summarise, view_config  # noqa: E402
+from suite import (  # noqa: E402
+    add_set_args,
+    add_view_args,
+    completions,
+    markdown,
+    run_all,
+    set_families,
+    slowdowns,
+    summarise,
+    view_config,
+)
 
 import specon.core.progress as progress  # noqa: E402
-from specon.sim.generate import FAMILIES, family_workload  # noqa: E402
+from specon.sim.generate import family_workload  # noqa: E402
 from specon.sim.model import SimConfig  # noqa: E402
 from specon.sim.runner import run_one  # noqa: E402
 
@@ -98,12 +107,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("constant", help=f"one of {', '.join(SWEEPABLE)} (specon.core.progress)")
     ap.add_argument("values", help="comma-separated values to try, e.g. 0.5,1,2")
-    ap.add_argument("--workloads", type=int, default=12, help="workloads of each family")
-    ap.add_argument("--first", type=int, default=0, help="the first workload's index")
-    ap.add_argument("--family", default="widened",
-                    help=f"a family ({', '.join(FAMILIES)}), or 'widened' for all of them")
-    ap.add_argument("--seeds", type=int, default=3, help="simulator seeds per workload")
-    ap.add_argument("--processes", type=int, default=2)
+    add_set_args(ap, "widened", 12)
     add_view_args(ap)
     ap.add_argument("--out", type=Path, default=None, help="every number, as JSON")
     a = ap.parse_args()
@@ -114,23 +118,12 @@ def main() -> None:
     values = parse_values(ap, a.values)
     if isinstance(known[a.constant], int) and not all(v.is_integer() for v in values):
         ap.error(f"VALUES: {a.constant} is a count; give whole numbers: {a.values!r}")
-    if a.workloads < 1 or a.seeds < 1 or a.processes < 1:
-        ap.error("--workloads, --seeds and --processes must be at least 1")
-    if a.family != "widened" and a.family not in FAMILIES:
-        ap.error(f"--family: unknown family {a.family!r} (known: {', '.join(FAMILIES)}, "
-                 "widened)")
-    families = list(FAMILIES) if a.family == "widened" else [a.family]
+    families = set_families(ap, a)
     cfg = view_config(ap, a)
     started = time.time()
     work = [(f, i, list(range(a.seeds)), cfg, a.constant, values)
             for f in families for i in range(a.first, a.first + a.workloads)]
-    rows: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(a.processes) as pool:
-        for done, part in enumerate(pool.map(one_workload, work), 1):
-            rows.extend(part)
-            print(f"\r{done}/{len(work)} workloads, {time.time() - started:.0f} s",
-                  end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+    rows = [r for part in run_all(one_workload, work, a.processes) for r in part]
     table = []
     for v in values:
         entry = summarise([r for r in rows if r["value"] == v], ["default", "progress"])[0]

@@ -32,7 +32,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -224,29 +224,51 @@ def view_config(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str,
     return cfg
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", type=int, default=30, help="how many random workloads")
+def add_set_args(ap: argparse.ArgumentParser, family: str, workloads: int) -> None:
+    """Which workloads and how many seeds: the arguments this suite and its sweeps share."""
+    ap.add_argument("--workloads", type=int, default=workloads,
+                    help="how many random workloads (of each family with 'widened')")
     ap.add_argument("--first", type=int, default=0, help="the first workload's index")
-    ap.add_argument("--family", default="standard",
+    ap.add_argument("--family", default=family,
                     help=f"a family of workloads ({', '.join(FAMILIES)}), or 'widened' for "
                     "--workloads of each")
     ap.add_argument("--seeds", type=int, default=3, help="simulator seeds per workload")
-    ap.add_argument("--policies", default="all", help="comma-separated, or 'all'")
-    ap.add_argument("--redrawn", action="store_true",
-                    help=f"add a row for default against itself ({REDRAWN}: default on other "
-                    "seeds, only its placement ties falling otherwise)")
     ap.add_argument("--processes", type=int, default=2)
-    add_view_args(ap)
-    ap.add_argument("--out", type=Path, default=None,
-                    help="default: docs/results/suite.json (suite-noisy-NOISE.json with --noise)")
-    a = ap.parse_args()
+
+
+def set_families(ap: argparse.ArgumentParser, a: argparse.Namespace) -> list[str]:
+    """The families :func:`add_set_args`' arguments name (bad values: ap.error)."""
     if a.workloads < 1 or a.seeds < 1 or a.processes < 1:
         ap.error("--workloads, --seeds and --processes must be at least 1")
     if a.family != "widened" and a.family not in FAMILIES:
         ap.error(f"--family: unknown family {a.family!r} (known: {', '.join(FAMILIES)}, "
                  "widened)")
-    families = list(FAMILIES) if a.family == "widened" else [a.family]
+    return list(FAMILIES) if a.family == "widened" else [a.family]
+
+
+def run_all(fn: Callable[[Any], Any], work: list[Any], processes: int) -> Iterator[Any]:
+    """``fn`` over ``work`` on ``processes`` processes, in order, with a count on stderr."""
+    started = time.time()
+    with ProcessPoolExecutor(processes) as pool:
+        for done, out in enumerate(pool.map(fn, work), 1):
+            yield out
+            print(f"\r{done}/{len(work)} workloads, {time.time() - started:.0f} s",
+                  end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_set_args(ap, "standard", 30)
+    ap.add_argument("--policies", default="all", help="comma-separated, or 'all'")
+    ap.add_argument("--redrawn", action="store_true",
+                    help=f"add a row for default against itself ({REDRAWN}: default on other "
+                    "seeds, only its placement ties falling otherwise)")
+    add_view_args(ap)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: docs/results/suite.json (suite-noisy-NOISE.json with --noise)")
+    a = ap.parse_args()
+    families = set_families(ap, a)
     policies = list(POLICIES) if a.policies == "all" else list(dict.fromkeys(
         canonical(p.strip()) for p in a.policies.split(",") if p.strip()))  # old names warn
     unknown = [p for p in policies if p not in POLICIES]
@@ -263,13 +285,7 @@ def main() -> None:
     started = time.time()
     work = [(f, i, policies, list(range(a.seeds)), cfg)
             for f in families for i in range(a.first, a.first + a.workloads)]
-    rows: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(a.processes) as pool:
-        for done, row in enumerate(pool.map(one_workload, work), 1):
-            rows.append(row)
-            print(f"\r{done}/{len(work)} workloads, {time.time() - started:.0f} s",
-                  end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+    rows: list[dict[str, Any]] = list(run_all(one_workload, work, a.processes))
     table = summarise(rows, policies)
     if "oracle" in policies:  # the bound must hold on every workload, for every policy
         beaten = [(r["workload"], p) for r in rows for p in policies if p != "oracle"
