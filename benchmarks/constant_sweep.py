@@ -3,9 +3,10 @@ each value in turn, the shipped policy against default on the same workloads and
 
 Issue 28 asks for the trade-off curve between time to 90% of the loss reduction and average
 completion to be measured, and the point shipped that meets every bar; this prints that curve
-for any numeric constant of `specon/core/progress.py` (the early key's `EARLY_FACTOR`, the
-starvation guard's `FAIR_LAG`, the placement bounds ...), one row per value in the suite's
-columns (benchmarks/suite.py), default run once per workload and seed.
+for a constant of `specon/core/progress.py` that its rules read when they run (SWEEPABLE: the
+early key's `EARLY_FACTOR`, the starvation guard's `FAIR_LAG`, the placement bounds ...), one
+row per value in the suite's columns (benchmarks/suite.py), default run once per workload
+and seed.
 
     python benchmarks/constant_sweep.py EARLY_FACTOR 0.5,1,2 --family widened --workloads 12
     python benchmarks/constant_sweep.py FAIR_LAG 1.1,1.25 --family widened --first 12 \\
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -37,6 +37,7 @@ from suite import (  # noqa: E402
     add_view_args,
     completions,
     markdown,
+    means,
     run_all,
     set_families,
     slowdowns,
@@ -48,9 +49,6 @@ import specon.core.progress as progress  # noqa: E402
 from specon.sim.generate import family_workload  # noqa: E402
 from specon.sim.model import SimConfig  # noqa: E402
 from specon.sim.runner import run_one  # noqa: E402
-
-METRICS = ("avg_completion_s", "makespan_s", "avg_time_to_90_s", "p95_completion_s")
-
 
 #: The constants of specon.core.progress read when a rule runs, so that setting the module's
 #: attribute changes the rule. Not these: CANDIDATES, KIND_NODES and FLOOR_CORES are imported
@@ -71,10 +69,6 @@ def one_workload(args: tuple[str, int, list[int], dict[str, Any], str, list[floa
     family, index, seeds, cfg_kw, name, values = args
     wl = family_workload(family, index)
     cfg = SimConfig(record_timeline=False, **cfg_kw)
-
-    def means(runs: list[Any]) -> dict[str, float]:
-        rows = [r.summary() for r in runs]
-        return {k: statistics.fmean(float(r[k]) for r in rows) for k in METRICS}
 
     base_runs = [run_one(wl, "default", cfg, s) for s in seeds]
     base, base_jobs = means(base_runs), completions(base_runs)

@@ -61,6 +61,16 @@ def completions(runs: Iterable[RunResult]) -> dict[str, list[float]]:
     return out
 
 
+#: A policy's figures on a workload: each the mean over its seeds' runs.
+METRICS = ("avg_completion_s", "makespan_s", "avg_time_to_90_s", "p95_completion_s")
+
+
+def means(runs: Iterable[RunResult]) -> dict[str, float]:
+    """:data:`METRICS` of ``runs``, each the mean over them."""
+    rows = [r.summary() for r in runs]
+    return {k: statistics.fmean(float(r[k]) for r in rows) for k in METRICS}
+
+
 def slowdowns(mine: dict[str, list[float]], base: dict[str, list[float]]) -> dict[str, float]:
     """Each job's mean completion over its mean completion in ``base`` (default's)."""
     return {n: statistics.fmean(v) / statistics.fmean(base[n]) for n, v in mine.items()}
@@ -79,11 +89,8 @@ def one_workload(args: tuple[str, int, list[str], list[int], dict[str, Any]]
         runs = [run_one(wl, "default", cfg, REDRAW_OFFSET + seed) if p == REDRAWN
                 else run_one(wl, p, cfg, seed)
                 for seed in (seeds if p != "oracle" else seeds[:1])]
-        rows = [res.summary() for res in runs]
         per_job[p] = completions(runs)
-        out["policies"][p] = {k: statistics.fmean(float(r[k]) for r in rows)
-                              for k in ("avg_completion_s", "makespan_s", "avg_time_to_90_s",
-                                        "p95_completion_s")}
+        out["policies"][p] = means(runs)
     for p in policies:
         if p == "oracle":
             continue

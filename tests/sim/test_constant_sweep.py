@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import specon.core.progress as progress
+from specon.sim.noise import NOISE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,8 +27,7 @@ def _load(name: str):  # type: ignore[no-untyped-def]
 
 sweep = _load("constant_sweep")
 suite = _load("suite")
-NOISY = {"unknown_total_share": 0.5, "cost_error": 0.25, "loss_noise": 0.1,
-         "loss_spikes": 0.02, "loss_bump": 0.1}
+NOISY = dict(NOISE["standard"])
 
 
 def test_at_the_shipped_value_the_sweep_measures_what_the_suite_does() -> None:
