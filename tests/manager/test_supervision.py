@@ -16,9 +16,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 from planelib import Plane
 from planemanager import wait_for
+from servelib import serve
 
 from specon_manager.kube import FENCED, TRANSPORT, Kube, KubeError
 from specon_manager.leader import LeaseElector
@@ -142,17 +144,15 @@ def test_healthz_and_readyz_follow_the_loop_not_the_http_thread(
 
 
 def test_the_endpoints_answer_what_the_loop_says(settings: ManagerSettings) -> None:
-    from fastapi.testclient import TestClient
-
     app, svc = build(settings.model_copy(update={"migration": False}), Kube(dead_url()))
-    client = TestClient(app)
     svc.started_at = time.monotonic()
     svc._thread = threading.Thread(target=lambda: None)  # a loop thread that has ended
     svc._thread.start()
     svc._thread.join()
-    r = client.get("/healthz")
-    assert r.status_code == 503 and r.text == "the controller loop is not running"
-    assert client.get("/readyz").status_code == 503
+    with serve(app) as url, httpx.Client(base_url=url, timeout=10) as client:
+        r = client.get("/healthz")
+        assert r.status_code == 503 and r.text == "the controller loop is not running"
+        assert client.get("/readyz").status_code == 503
 
 
 # -- the Lease on the real API server -------------------------------------------------------------
