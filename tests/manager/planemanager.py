@@ -360,18 +360,40 @@ def scheduler_config(port: int, node_cache: bool) -> list[dict[str, Any]]:
              "ignorable": True, "httpTimeout": "30s"}]
 
 
-def assert_placed(plane: Plane, pod: dict[str, Any], node: str, scheduler: str) -> None:
+#: kube-scheduler flags for the tests' extender schedulers: a failed prioritize call is logged
+#: only at V(5) in schedule_one.go ("Failed to run extender's priority function. No score given
+#: by this extender."), where a failed filter call is logged at the default level; without it a
+#: pod placed without the extender's scores left no trace (docs/testplane.md, 2026-11-28).
+EXTENDER_SCHEDULER_ARGS = ("--vmodule=schedule_one=5",)
+
+
+def extender_calls(manager_url: str) -> list[str]:
+    """The manager's extender call counters (``verb``, ``result``), as its /metrics says."""
+    try:
+        r = httpx.get(f"{manager_url}/metrics", timeout=5)
+    except httpx.HTTPError as exc:
+        return [f"(the manager's /metrics did not answer: {exc})"]
+    calls = [ln for ln in r.text.splitlines()
+             if ln.startswith("specon_manager_extender_requests_total{")]
+    return calls or [f"(no extender call counted; /metrics answered {r.status_code})"]
+
+
+def assert_placed(plane: Plane, pod: dict[str, Any], node: str, scheduler: str,
+                  manager_url: str | None = None) -> None:
     """``pod`` was bound to ``node``; if not, the scheduler's log lines about the extender and
-    this pod say why (an extender skipped for an error or a timeout is logged there)."""
+    this pod say why (a failed filter or prioritize call is logged there:
+    EXTENDER_SCHEDULER_ARGS), and, given ``manager_url``, the manager's extender counters say
+    which calls it answered."""
     got = pod["spec"].get("nodeName")
     if got == node:
         return
     name = pod["metadata"]["name"]
     comp = plane.components.get(f"kube-scheduler-{scheduler}")
-    lines = comp.tail(400).splitlines() if comp is not None else ["(no scheduler log)"]
+    lines = comp.tail(2000).splitlines() if comp is not None else ["(no scheduler log)"]
     why = [ln for ln in lines if "xtender" in ln or name in ln][-20:]
+    calls = extender_calls(manager_url) if manager_url else []
     raise AssertionError(f"pod {name} bound to {got}, not {node}; the scheduler's log:\n"
-                         + "\n".join(why))
+                         + "\n".join(why) + "".join(f"\nthe manager: {c}" for c in calls))
 
 
 def train_pod(name: str, tag: str, scheduler: str, node: str | None = None) -> dict[str, Any]:

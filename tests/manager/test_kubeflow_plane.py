@@ -114,7 +114,7 @@ def migrate_once(plane: Plane, api: Api, mnodes: list[str], tokens: dict[str, st
     first = wait_for(f"{prefix}* running", lambda: running(api, ns, prefix), timeout=90)[0]
     # placed by the specon profile, where the extender scored best
     assert first["spec"]["schedulerName"] == "specon"
-    assert_placed(plane, first, mnodes[3], SCHED)
+    assert_placed(plane, first, mnodes[3], SCHED, manager.url)
     pod, uid = first["metadata"]["name"], first["metadata"]["uid"]
     if hold:
         plane.kubectl("annotate", "-n", ns, f"pod/{pod}", "specon.test/kubelet-gone=true")
@@ -312,7 +312,7 @@ def test_killing_the_manager_mid_migration_of_a_pytorchjob_never_loses_or_duplic
     beat_all(agents, answered_within=SETUP_BEAT_S)
     apply(plane, ns, pytorchjob("pk", tag))
     pod = wait_for("pk running", lambda: running(api, ns, "pk-master-"), timeout=90)[0]
-    assert_placed(plane, pod, mnodes[3], SCHED)
+    assert_placed(plane, pod, mnodes[3], SCHED, manager.url)
     name = pod["metadata"]["name"]
     crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-pk", "pk-master-")

@@ -19,6 +19,7 @@ import pytest
 from managerlib import serve
 from planelib import Plane, free_port
 from planemanager import (
+    EXTENDER_SCHEDULER_ARGS,
     AgentStandIn,
     Api,
     JobStandIn,
@@ -74,7 +75,8 @@ def api(plane: Plane) -> Iterator[Api]:
 
 @pytest.fixture(scope="module")
 def scheduler(plane: Plane, ext_port: int) -> Iterator[None]:
-    plane.run_scheduler(SCHED, extenders=scheduler_config(ext_port, True))
+    plane.run_scheduler(SCHED, extenders=scheduler_config(ext_port, True),
+                        args=EXTENDER_SCHEDULER_ARGS)
     yield
     plane.stop_scheduler(SCHED)
 
@@ -565,7 +567,7 @@ def test_job_owned_pod_is_migrated_and_its_job_controller_recreates_it_on_the_ta
     apply(plane, ns, train_job("tj", tag))
     first = wait_for("the Job's pod running", lambda: [
         p for p in live(api.pods(ns), "tj-") if p["status"].get("phase") == "Running"])[0]
-    assert_placed(plane, first, mnodes[3], SCHED)
+    assert_placed(plane, first, mnodes[3], SCHED, manager.url)
     name = first["metadata"]["name"]
     crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-tj", "tj-")
@@ -604,7 +606,7 @@ def test_a_statefulset_or_deployment_pod_moves_with_never_two_copies(
     apply(plane, ns, owned_workload(kind, name, tag))
     first = wait_for(f"the {kind}'s pod running", lambda: [
         p for p in live(api.pods(ns), name + "-") if p["status"].get("phase") == "Running"])[0]
-    assert_placed(plane, first, mnodes[3], SCHED)
+    assert_placed(plane, first, mnodes[3], SCHED, manager.url)
     pod, uid = first["metadata"]["name"], first["metadata"]["uid"]
     plane.kubectl("annotate", "-n", ns, f"pod/{pod}", "specon.test/kubelet-gone=true")
     crowded_source(plane, mnodes, ns, agents)

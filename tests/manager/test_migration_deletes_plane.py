@@ -156,7 +156,7 @@ def test_a_job_deleted_after_its_pod_saved_ends_the_migration_at_once(
     first = wait_for("the Job's pod running", lambda: [
         p for p in live(api.pods(ns), "dj-") if p["status"].get("phase") == "Running"])[0]
     name = first["metadata"]["name"]
-    assert_placed(plane, first, mnodes[3], SCHED)
+    assert_placed(plane, first, mnodes[3], SCHED, manager.url)
     crowded_source(plane, mnodes, ns, agents)
     job = JobStandIn(tmp_path / "ckpt-dj", "dj-")
     start_job(api, ns, agents, job, name)
