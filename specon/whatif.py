@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specon.core.job_loads import steps_left
 from specon.core.predict import fit_curve
 from specon.cpu_speed import DEFAULT_SPEED, MAX_SPEED, MIN_SPEED
 from specon.sim.model import SimConfig
@@ -125,12 +126,9 @@ def to_workload(inp: WhatifInput) -> tuple[Workload, dict[str, int]]:
             counts["unmeasured"] += 1
             continue
         per_step = j.work_done_s / step * speed[j.node]  # CPU-seconds of a speed-1 core
-        if j.total_steps is not None:
-            left = j.total_steps - step
-            counts["declared"] += 1
-        else:  # as much again as done: the agent's and the simulator's own assumption
-            left = step
-            counts["estimated"] += 1
+        # the agent's and the simulator's estimate: without a total, as much again as done
+        left = round(steps_left(step, j.total_steps))
+        counts["declared" if j.total_steps is not None else "estimated"] += 1
         if left <= 0:
             counts["finished"] += 1
             continue

@@ -220,7 +220,8 @@ class ClusterState:
             jobs = tuple(reported_load(pod_key(j.namespace, j.pod), (j.work_s or 0.0) * s,
                                        rec.cpus, j.category, cap=j.demand_cores,
                                        attained=None if j.work_done_s is None
-                                       else j.work_done_s * s)
+                                       else j.work_done_s * s,
+                                       guessed=j.total_steps is None)
                          for j, s in reports)
             out.append(NodeLoad(name, rec.cpus, speed, jobs))
         return out

@@ -7,13 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specon.core.categorize import Category
-from specon.core.job_loads import reported_load, typical_load
+from specon.core.job_loads import measured_load, reported_load, steps_left, typical_load
 from specon.core.progress import (
     JobLoad,
     NodeLoad,
     behind_equal_share,
     choose_node,
     critical,
+    guesses_floored,
     node_shares,
     placement_scores,
     plan_moves,
@@ -310,3 +311,40 @@ def test_the_typical_job_takes_the_median_work_and_the_median_cores_the_jobs_use
     # where the speeds are not known, linear up to the CPUs (a node's size is all there is)
     blind = typical_load(nodes, 16, by_cores=False)
     assert (blind.work, blind.cap) == (200.0, 16)
+
+
+def test_a_job_that_declares_no_total_is_guessed_at_as_much_again_as_it_has_done() -> None:
+    """The agent's estimate (specon.core.job_loads.steps_left), which the simulator and
+    `specon whatif` share: a declared total counts down; without one, the steps done again,
+    never anything the job has not said (the simulator once took at least a tenth of the
+    true total, which no agent can know)."""
+    assert steps_left(30, 100) == 70 and steps_left(130, 100) == 0
+    assert steps_left(30, None) == 30 and steps_left(0, None) == 0
+    guessed = measured_load("j", step=30, total=None, cpu_s=60.0, cpus=4)
+    declared = measured_load("j", step=30, total=100, cpu_s=60.0, cpus=4)
+    assert guessed.guessed and guessed.work == pytest.approx(60.0)
+    assert not declared.guessed and declared.work == pytest.approx(140.0)
+
+
+def test_placement_counts_a_guessed_job_at_least_as_the_mean_declared_one() -> None:
+    """Issue 28, with the agent's guess in the simulator (heterogeneous workload 8, noisy
+    logs): jobs that declare no total, young, looked nearly done, so a fast 4-core node full
+    of them looked empty and new jobs crowded onto it (24 jobs on 4 cores, one 2.17 times its
+    default time). For placement and moves each guessed job counts at least the mean work
+    left of the jobs that declare theirs; the node rule still takes the guess."""
+    young = [job(f"young-{i}", 5.0, guessed=True) for i in range(8)]
+    crowded = NodeLoad("crowded", 4, 3.9, tuple(young))
+    other = NodeLoad("other", 4, 3.9, (job("a", 300.0), job("b", 900.0), job("c", 300.0),
+                                       job("d", 900.0), job("e", 10.0, guessed=True)))
+    floored = {n.name: n for n in guesses_floored([crowded, other])}
+    assert [j.work for j in floored["crowded"].jobs] == [600.0] * 8
+    assert [j.work for j in floored["other"].jobs] == [300.0, 900.0, 300.0, 900.0, 600.0]
+    new = job("new", 400.0)
+    assert choose_node([crowded, other], new) == "other"
+    scores = placement_scores([crowded, other], new)
+    assert scores["other"] == 10 and scores["crowded"] < 10
+    as_declared = [replace(n, jobs=tuple(replace(j, guessed=False) for j in n.jobs))
+                   for n in (crowded, other)]
+    assert choose_node(as_declared, new) == "crowded"  # taken at the guess: looks empty
+    # nothing declared: nothing to go by, the guesses stand
+    assert guesses_floored([crowded]) == [crowded]

@@ -72,6 +72,23 @@ def test_progress_placement_prefers_the_node_with_the_least_work_ahead() -> None
     assert neutral == [10, 10, 0]
 
 
+def test_a_job_that_declares_no_total_is_placed_around_as_a_typical_declared_one() -> None:
+    """Issue 28: a job whose heartbeat has no ``total_steps`` reports a guess (as much again as
+    it has done); the manager's node loads mark it, so placement counts it at least as the
+    mean declared job (specon.core.progress.guesses_floored) and a node of young undeclared
+    jobs no longer looks empty."""
+    young = [job(f"y{i}", "PC", work_s=5.0) for i in range(8)]
+    beats = [heartbeat("young", young),
+             heartbeat("steady", [job(p, "PC", work_s=w, total_steps=100)
+                                  for p, w in (("a", 300.0), ("b", 900.0), ("c", 300.0),
+                                               ("d", 900.0))])]
+    state = state_of("progress", beats)
+    loads = {n.name: n for n in state.node_loads(["young", "steady"])}
+    assert all(j.guessed for j in loads["young"].jobs)
+    assert not any(j.guessed for j in loads["steady"].jobs)
+    assert state.priorities(["young", "steady"], 10)[1] == 10
+
+
 def test_a_planned_move_takes_a_job_off_a_crowded_node() -> None:
     pods = [running(n, "node-1") for n in ("a", "b", "c")]
     kube = FakeKube(pods)

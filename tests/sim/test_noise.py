@@ -83,3 +83,22 @@ def test_the_90_percent_milestone_comes_from_the_profile_not_the_noisy_log():
 def test_the_config_refuses_impossible_noise(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         SimConfig(**bad)
+
+
+def test_a_job_that_declares_no_total_is_guessed_at_as_the_agent_guesses_it():
+    """Without a declared total the policy sees what an agent reports
+    (specon.core.job_loads.steps_left): as much again as the job has done, nothing at its
+    start, and never anything of the total it does not declare (until 2026-11-29 the
+    simulator took at least a tenth of the true total, which flattered every noisy row)."""
+    from specon.sim.engine import inputs
+
+    wl = random_workload(700, SMALL)
+    sim = Simulator(wl, POLICIES["progress"],
+                    SimConfig(record_timeline=False, unknown_total_share=1.0), seed=0)
+    for job in sim.jobs.values():
+        assert not job.total_known
+        for done in (0.0, 7.0, 0.5 * job.profile.iterations):
+            job.done = done
+            assert inputs.work_left(job) == pytest.approx(done * job.cost_seen)
+            w = next(iter(sim.workers.values()))
+            assert inputs.load(sim, job, w).guessed

@@ -10,7 +10,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from specon.core.job_loads import new_job_load, reported_load
+from specon.core.job_loads import new_job_load, reported_load, steps_left
 from specon.core.predict import fit_curve
 from specon.core.progress import (
     CANDIDATES,
@@ -63,12 +63,10 @@ def steps_to_target(job: Job) -> float | None:
 
 
 def work_left(job: Job) -> float:
-    """Seconds of work left on one speed-1 core, as the policy can know it: from the
-    declared total steps, or, without one, as much again as done so far."""
-    if job.total_known:
-        steps = max(0.0, job.profile.iterations - job.done)
-    else:
-        steps = max(job.done, 0.1 * job.profile.iterations)
+    """Seconds of work left on one speed-1 core, as the policy can know it: its steps left as
+    a node agent estimates them (specon.core.job_loads.steps_left: to the declared total, or,
+    without one, as much again as done so far; never from the total it does not declare)."""
+    steps = steps_left(job.done, job.profile.iterations if job.total_known else None)
     if job.spec.stop_at_target and job.spec.target_loss is not None:
         k = job.logged()
         if job.target_fit[0] != k:  # refit only when the log has grown
@@ -94,7 +92,8 @@ def load(sim: Simulator, job: Job, w: Worker) -> JobLoad:
     else:
         cap = threads = min(demand_on(job, w), w.cpus)
     return JobLoad(job.spec.name, work_left(job), job.curve, cap, job.cat.category,
-                   threads, starved(job), job.done * job.cost_seen)
+                   threads, starved(job), job.done * job.cost_seen,
+                   guessed=not job.total_known)
 
 
 def node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLoad:
@@ -133,7 +132,8 @@ def manager_node(sim: Simulator, w: Worker, extra: Sequence[Job] = ()) -> NodeLo
     speed = w.seen_speed
     scale = speed / w.speed  # speed-1 seconds -> this worker's CPU-seconds -> as known
     jobs = [reported_load(j.spec.name, work_left(j) * scale, w.cpus, j.cat.category,
-                          attained=j.done * j.cost_seen * scale, cap=demand_on(j, w))
+                          attained=j.done * j.cost_seen * scale, cap=demand_on(j, w),
+                          guessed=not j.total_known)
             for j in (*w.jobs.values(), *extra)]
     return NodeLoad(w.name, w.cpus, speed, tuple(jobs))
 
