@@ -31,7 +31,8 @@ Fixtures (registered for every test folder by tests/conftest.py):
   (for example ``[{"urlPrefix": "http://127.0.0.1:PORT", "filterVerb": "filter",
   "prioritizeVerb": "prioritize", "weight": 1, "nodeCacheCapable": False}]``); ``config`` is
   merged over the generated KubeSchedulerConfiguration (top-level keys replace). Returns
-  once the scheduler answers /healthz; ``args`` are added to its command line.
+  once the scheduler answers /healthz; ``args`` are added to its command line (with
+  extenders, ``EXTENDER_LOG_ARGS`` first, unless ``args`` set ``--vmodule``).
   ``stop_scheduler(name)`` stops one;
   ``reset_scheduler()`` puts the plain default scheduler back. The plane is shared by the whole
   session: a test that replaces the default scheduler resets it when done.
@@ -85,6 +86,12 @@ COMPLETE_ANNOTATION = "specon.test/complete"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_CIDR = "10.96.0.0/16"
 STARTUP_TIMEOUT = 90.0
+#: kube-scheduler flags whenever extenders are given: a failed prioritize call is logged only
+#: at V(5) in schedule_one.go ("Failed to run extender's priority function. No score given by
+#: this extender."), where a failed filter call is logged at the default level; without it a
+#: pod placed without the extender's scores leaves no trace (docs/testplane.md, 2026-11-28).
+#: Three lines per pod.
+EXTENDER_LOG_ARGS = ("--vmodule=schedule_one=5",)
 
 
 class PlaneError(RuntimeError):
@@ -352,6 +359,8 @@ class Plane:
             cfg["extenders"] = copy.deepcopy(list(extenders))
         if config:
             cfg.update(copy.deepcopy(config))
+        if extenders and not any(a.startswith("--vmodule") for a in args):
+            args = (*EXTENDER_LOG_ARGS, *args)
         key = f"scheduler-{name}"
         cfg_path = self.workdir / f"{key}.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg))

@@ -360,13 +360,6 @@ def scheduler_config(port: int, node_cache: bool) -> list[dict[str, Any]]:
              "ignorable": True, "httpTimeout": "30s"}]
 
 
-#: kube-scheduler flags for the tests' extender schedulers: a failed prioritize call is logged
-#: only at V(5) in schedule_one.go ("Failed to run extender's priority function. No score given
-#: by this extender."), where a failed filter call is logged at the default level; without it a
-#: pod placed without the extender's scores left no trace (docs/testplane.md, 2026-11-28).
-EXTENDER_SCHEDULER_ARGS = ("--vmodule=schedule_one=5",)
-
-
 def extender_calls(manager_url: str) -> list[str]:
     """The manager's extender call counters (``verb``, ``result``), as its /metrics says."""
     try:
@@ -382,7 +375,7 @@ def assert_placed(plane: Plane, pod: dict[str, Any], node: str, scheduler: str,
                   manager_url: str | None = None) -> None:
     """``pod`` was bound to ``node``; if not, the scheduler's log lines about the extender and
     this pod say why (a failed filter or prioritize call is logged there:
-    EXTENDER_SCHEDULER_ARGS), and, given ``manager_url``, the manager's extender counters say
+    planelib.EXTENDER_LOG_ARGS), and, given ``manager_url``, the manager's extender counters say
     which calls it answered."""
     got = pod["spec"].get("nodeName")
     if got == node:

@@ -19,7 +19,6 @@ import pytest
 from managerlib import serve
 from planelib import Plane, free_port
 from planemanager import (
-    EXTENDER_SCHEDULER_ARGS,
     AgentStandIn,
     Api,
     JobStandIn,
@@ -75,8 +74,7 @@ def api(plane: Plane) -> Iterator[Api]:
 
 @pytest.fixture(scope="module")
 def scheduler(plane: Plane, ext_port: int) -> Iterator[None]:
-    plane.run_scheduler(SCHED, extenders=scheduler_config(ext_port, True),
-                        args=EXTENDER_SCHEDULER_ARGS)
+    plane.run_scheduler(SCHED, extenders=scheduler_config(ext_port, True))
     yield
     plane.stop_scheduler(SCHED)
 
