@@ -88,7 +88,7 @@ class JobLoad:
     #: Its work left is a guess: it declares no total steps, so it is taken to have as much
     #: again as it has done (specon.core.job_loads.steps_left), which for a young job is far
     #: less than it will turn out to have. Placement and moves count it at least as a typical
-    #: job that declares its total (:func:`guesses_floored`); the node rule takes the guess.
+    #: job that declares its total (:func:`guess_floor`); the node rule takes the guess.
     guessed: bool = False
 
     def speed(self, cores: float) -> float:
@@ -126,22 +126,28 @@ def behind_equal_share(done_steps: float, fair_steps: float, total_steps: float)
     return fair_steps - done_steps > (FAIR_LAG - 1.0) * total_steps
 
 
-def guesses_floored(nodes: Sequence[NodeLoad]) -> list[NodeLoad]:
-    """``nodes`` as placement and moves compare them: each job whose work is a guess
-    (:attr:`JobLoad.guessed`) counted at no less work left than the mean of the jobs on them
-    that declare their totals (what a job of which nothing else is known has left, on
-    average; none declared: as they are). A young job that declares no total is guessed at as
-    much again as its first minutes; taken at that, a node of such jobs looks empty and new
-    jobs crowd onto it (issue 28: in the simulator, once its guess was the agent's, 24 jobs on
-    a 4-core node, one of them 2.17 times its default time; the median of the declared jobs
-    instead of their mean kept more of that: docs/parameters.md)."""
+def guess_floor(nodes: Sequence[NodeLoad]) -> float:
+    """The least work left placement and moves count a job whose work is a guess at
+    (:attr:`JobLoad.guessed`): the mean work left of the jobs on ``nodes`` that declare their
+    totals, what a job of which nothing else is known has left on average (0: none declared,
+    nothing to go by). A young job that declares no total is guessed at as much again as its
+    first minutes; taken at that, a node of such jobs looks empty and new jobs crowd onto it
+    (issue 28: in the simulator, once its guess was the agent's, 24 jobs on a 4-core node, one
+    of them 2.17 times its default time; the median instead of the mean kept more of that:
+    docs/parameters.md)."""
     declared = [j.work for n in nodes for j in n.jobs if not j.guessed and j.work > 0]
-    if not declared:
-        return list(nodes)
-    floor = sum(declared) / len(declared)
+    return sum(declared) / len(declared) if declared else 0.0
+
+
+def floored(job: JobLoad, floor: float) -> JobLoad:
+    """``job`` with at least ``floor`` work left if its work is a guess (:func:`guess_floor`)."""
+    return replace(job, work=floor) if job.guessed and job.work < floor else job
+
+
+def guesses_floored(nodes: Sequence[NodeLoad], floor: float) -> list[NodeLoad]:
+    """``nodes`` with each job :func:`floored` at ``floor``."""
     return [n if not any(j.guessed and j.work < floor for j in n.jobs) else replace(
-        n, jobs=tuple(replace(j, work=floor) if j.guessed and j.work < floor else j
-                      for j in n.jobs)) for n in nodes]
+        n, jobs=tuple(floored(j, floor) for j in n.jobs)) for n in nodes]
 
 
 def _top_time(job: JobLoad, cpus: float) -> float:
@@ -326,12 +332,10 @@ OWN_TIME_BOUND = 1.5
 #: A job that can be moved is moved off a bad guess once its progress tells (plan_moves).
 SERIAL_TIME_BOUND = 2.0
 #: A new job of which nothing is known (no work figure: the first pod of its kind on an empty
-#: cluster, a job that declares no total before its first step) is placed as if it had this
-#: many seconds of work: with none, its time is 0 on every node, so the bounds keep them all
-#: and it adds nothing anywhere (issue 28: the first job of `standard` 21, long and not
-#: movable, went to 32 cores of speed 0.85 beside 4 of 1.98; in the simulator, once its
-#: estimate of such a job's work was the agent's, short jobs went to crowded 2-core nodes,
-#: 6.95x their default time). On empty nodes any positive figure gives the same ratios.
+#: cluster) is taken at this many seconds of work when its one-thread times are compared: with
+#: none, every node's time is 0 and the bound keeps them all (issue 28: the first job of
+#: `standard` 21, long and not movable, went to 32 cores of speed 0.85 beside 4 of 1.98). On
+#: empty nodes any positive figure gives the same ratios (its speeds per core).
 UNKNOWN_WORK_S = 60.0
 #: Besides the CANDIDATES least loaded, the nodes where the job runs fastest are compared.
 FASTEST = 4
@@ -350,19 +354,19 @@ def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIG
     the job are compared."""
     if not nodes:
         return None
-    return _choose(*_compare(guesses_floored(nodes), job, weights), tolerance)
+    return _choose(*_compare(guesses_floored(nodes, guess_floor(nodes)),
+                             floored(job, UNKNOWN_WORK_S), weights), tolerance)
 
 
 def _compare(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights
              ) -> tuple[list[NodeLoad], dict[str, float], dict[str, float]]:
     """The candidates for a new job (the CANDIDATES least loaded and the FASTEST for it, less
     those :func:`_serial_fit` rules out for a job that cannot be moved), what it adds to each
-    one's predicted sum of times to finish, and its own predicted time there (``nodes``
-    as :func:`guesses_floored` gives them). A job with no
-    work figure (nothing known of it yet) is taken at UNKNOWN_WORK_S: at 0 it would finish at
-    once everywhere, and every node would be as good as any other for it."""
-    if not job.work > 0:
-        job = replace(job, work=UNKNOWN_WORK_S)
+    one's predicted sum of times to finish, and its own predicted time there. Callers floor
+    the guesses (:func:`guess_floor`): the jobs on ``nodes`` at the mean declared job, a new
+    ``job`` that declares no total at UNKNOWN_WORK_S (placed as short, as the node rule serves
+    it: first, until its steps say more; at the mean declared job, the widened suite with
+    noisy logs lost 83% makespan on one workload and a job ran 7.1 times its default time)."""
     picked = {n.name: n for n in least_loaded(nodes)}
     if FASTEST and len(nodes) > len(picked):
         fastest = sorted(nodes, key=lambda n: (-_top_rate(job, n), *load_key(
@@ -381,8 +385,10 @@ def _compare(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights
 
 def _serial_fit(nodes: list[NodeLoad], job: JobLoad, weights: Weights) -> list[NodeLoad]:
     """Those of ``nodes`` where ``job``, were it one thread, would finish within
-    SERIAL_TIME_BOUND of its soonest finish as one thread among them."""
-    one = replace(job, cap=min(job.cap, 1.0), threads=None)
+    SERIAL_TIME_BOUND of its soonest finish as one thread among them (a job with no work
+    figure taken at UNKNOWN_WORK_S)."""
+    one = replace(job, cap=min(job.cap, 1.0), threads=None,
+                  work=job.work if job.work > 0 else UNKNOWN_WORK_S)
     alone = {n.name: predicted_times(n, one, weights)[job.name] for n in nodes}
     bound = SERIAL_TIME_BOUND * min(alone.values())
     return [n for n in nodes if alone[n.name] <= bound * (1 + 1e-9)]
@@ -417,7 +423,7 @@ def plan_moves(nodes: Sequence[NodeLoad], cost_s: Mapping[str, float],
     both nodes falls by more than the move's cost counted for the job and for every job of the
     target it would delay.
     """
-    nodes = guesses_floored(nodes)
+    nodes = guesses_floored(nodes, guess_floor(nodes))
     sums = {n.name: predicted_sum(n, None, weights) for n in nodes}
     # a large cluster's cost: sources among the most loaded, targets among the least
     by_load = sorted(nodes, key=lambda n: (backlog(n), -n.capacity, n.name))
@@ -463,8 +469,8 @@ def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights =
     do those ruled out for a job that cannot be moved: SERIAL_TIME_BOUND)."""
     if not nodes:
         return {}
-    nodes = guesses_floored(nodes)
-    candidates, added, own = _compare(nodes, job, weights)
+    nodes = guesses_floored(nodes, guess_floor(nodes))
+    candidates, added, own = _compare(nodes, floored(job, UNKNOWN_WORK_S), weights)
     best = _choose(candidates, added, own, TOLERANCE)
     kept = {n.name for n in candidates}
     delta = {n.name: added[n.name] for n in least_loaded(nodes)  # the same predictions

@@ -14,6 +14,7 @@ from specon.core.progress import (
     behind_equal_share,
     choose_node,
     critical,
+    guess_floor,
     guesses_floored,
     node_shares,
     placement_scores,
@@ -331,12 +332,15 @@ def test_placement_counts_a_guessed_job_at_least_as_the_mean_declared_one() -> N
     logs): jobs that declare no total, young, looked nearly done, so a fast 4-core node full
     of them looked empty and new jobs crowded onto it (24 jobs on 4 cores, one 2.17 times its
     default time). For placement and moves each guessed job counts at least the mean work
-    left of the jobs that declare theirs; the node rule still takes the guess."""
+    left of the jobs that declare theirs; the node rule still takes the guess. A new job that
+    declares no total is placed as UNKNOWN_WORK_S of work (as short: the node rule serves it
+    first until its steps say more)."""
     young = [job(f"young-{i}", 5.0, guessed=True) for i in range(8)]
     crowded = NodeLoad("crowded", 4, 3.9, tuple(young))
     other = NodeLoad("other", 4, 3.9, (job("a", 300.0), job("b", 900.0), job("c", 300.0),
                                        job("d", 900.0), job("e", 10.0, guessed=True)))
-    floored = {n.name: n for n in guesses_floored([crowded, other])}
+    assert guess_floor([crowded, other]) == pytest.approx(600.0)
+    floored = {n.name: n for n in guesses_floored([crowded, other], 600.0)}
     assert [j.work for j in floored["crowded"].jobs] == [600.0] * 8
     assert [j.work for j in floored["other"].jobs] == [300.0, 900.0, 300.0, 900.0, 600.0]
     new = job("new", 400.0)
@@ -347,4 +351,19 @@ def test_placement_counts_a_guessed_job_at_least_as_the_mean_declared_one() -> N
                    for n in (crowded, other)]
     assert choose_node(as_declared, new) == "crowded"  # taken at the guess: looks empty
     # nothing declared: nothing to go by, the guesses stand
-    assert guesses_floored([crowded]) == [crowded]
+    assert guess_floor([crowded]) == 0.0 and guesses_floored([crowded], 0.0) == [crowded]
+
+
+def test_a_new_job_that_declares_no_total_is_placed_as_a_short_one() -> None:
+    """Before its first step a job that declares no total has no work figure: at 0 it would
+    finish at once everywhere and go wherever the tie fell (in the simulator, once it had the
+    agent's guess, a 19 s job of `bursty` 2 went to a crowded 2-core node, 6.95 times its
+    default time). It is placed as UNKNOWN_WORK_S of work: on the node where that finishes
+    soonest. A new pod the manager takes as its kind's typical job is not a guess of this
+    kind and, with no work figure, is placed as before."""
+    busy = NodeLoad("busy", 2, 1.0, (job("a", 500.0), job("b", 500.0)))
+    fast = NodeLoad("fast", 2, 3.0, (job("c", 500.0), job("d", 500.0), job("e", 500.0)))
+    big = NodeLoad("big", 32, 0.5)
+    new = job("new", 0.0, guessed=True)
+    assert choose_node([busy, fast, big], new) == "fast"
+    assert choose_node([busy, fast, big], replace(new, guessed=False)) == "big"

@@ -171,7 +171,8 @@ def placement_load(sim: Simulator, job: Job) -> JobLoad:
     biggest = max(w.cpus for w in fits(sim, job))
     cap = min(biggest, job.curve.max_cores) if hints(sim, job) else min(
         demand_on(job, max(fits(sim, job), key=lambda w: w.cpus)), biggest)
-    return JobLoad(job.spec.name, work_left(job), job.curve, cap, job.cat.category)
+    return JobLoad(job.spec.name, work_left(job), job.curve, cap, job.cat.category,
+                   guessed=not job.total_known)
 
 
 def views(sim: Simulator, workers: Sequence[Worker]) -> list[WorkerView]:
