@@ -84,7 +84,7 @@ def measured_load(name: str, step: float, total: float | None, cpu_s: float, cpu
     per_step = cpu_s / done
     left = steps_left(step, total)
     starved = behind_equal_share(done, fair_cpu_s / per_step, done + left)
-    return reported_load(name, max(0.0, left) * per_step, cpus, category, starved,
+    return reported_load(name, left * per_step, cpus, category, starved,
                          attained=step * per_step, cap=cap, guessed=total is None)
 
 

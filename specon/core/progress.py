@@ -354,19 +354,24 @@ def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIG
     the job are compared."""
     if not nodes:
         return None
-    return _choose(*_compare(guesses_floored(nodes, guess_floor(nodes)),
-                             floored(job, UNKNOWN_WORK_S), weights), tolerance)
+    return _choose(*_compare(*_as_placed(nodes, job), weights), tolerance)
+
+
+def _as_placed(nodes: Sequence[NodeLoad], job: JobLoad) -> tuple[list[NodeLoad], JobLoad]:
+    """``nodes`` and a new ``job`` as placement compares them: the guesses floored
+    (:func:`guess_floor`), the jobs on ``nodes`` at the mean declared job, a new ``job`` that
+    declares no total at UNKNOWN_WORK_S (placed as short, as the node rule serves it: first,
+    until its steps say more; at the mean declared job, the widened suite with noisy logs lost
+    83% makespan on one workload and a job ran 7.1 times its default time)."""
+    return guesses_floored(nodes, guess_floor(nodes)), floored(job, UNKNOWN_WORK_S)
 
 
 def _compare(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights
              ) -> tuple[list[NodeLoad], dict[str, float], dict[str, float]]:
     """The candidates for a new job (the CANDIDATES least loaded and the FASTEST for it, less
     those :func:`_serial_fit` rules out for a job that cannot be moved), what it adds to each
-    one's predicted sum of times to finish, and its own predicted time there. Callers floor
-    the guesses (:func:`guess_floor`): the jobs on ``nodes`` at the mean declared job, a new
-    ``job`` that declares no total at UNKNOWN_WORK_S (placed as short, as the node rule serves
-    it: first, until its steps say more; at the mean declared job, the widened suite with
-    noisy logs lost 83% makespan on one workload and a job ran 7.1 times its default time)."""
+    one's predicted sum of times to finish, and its own predicted time there (``nodes`` and
+    ``job`` as :func:`_as_placed` gives them)."""
     picked = {n.name: n for n in least_loaded(nodes)}
     if FASTEST and len(nodes) > len(picked):
         fastest = sorted(nodes, key=lambda n: (-_top_rate(job, n), *load_key(
@@ -469,8 +474,8 @@ def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights =
     do those ruled out for a job that cannot be moved: SERIAL_TIME_BOUND)."""
     if not nodes:
         return {}
-    nodes = guesses_floored(nodes, guess_floor(nodes))
-    candidates, added, own = _compare(nodes, floored(job, UNKNOWN_WORK_S), weights)
+    nodes, job = _as_placed(nodes, job)
+    candidates, added, own = _compare(nodes, job, weights)
     best = _choose(candidates, added, own, TOLERANCE)
     kept = {n.name for n in candidates}
     delta = {n.name: added[n.name] for n in least_loaded(nodes)  # the same predictions

@@ -95,10 +95,10 @@ def test_a_job_that_declares_no_total_is_guessed_at_as_the_agent_guesses_it():
     wl = random_workload(700, SMALL)
     sim = Simulator(wl, POLICIES["progress"],
                     SimConfig(record_timeline=False, unknown_total_share=1.0), seed=0)
+    w = next(iter(sim.workers.values()))
     for job in sim.jobs.values():
         assert not job.total_known
         for done in (0.0, 7.0, 0.5 * job.profile.iterations):
             job.done = done
             assert inputs.work_left(job) == pytest.approx(done * job.cost_seen)
-            w = next(iter(sim.workers.values()))
             assert inputs.load(sim, job, w).guessed
