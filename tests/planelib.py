@@ -86,6 +86,9 @@ COMPLETE_ANNOTATION = "specon.test/complete"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_CIDR = "10.96.0.0/16"
 STARTUP_TIMEOUT = 90.0
+#: The node lifecycle controller's grace before it marks a silent node unreachable
+#: (kube-controller-manager's --node-monitor-grace-period): several of KWOK's heartbeat gaps.
+NODE_MONITOR_GRACE_S = 300
 #: kube-scheduler flags whenever extenders are given: a failed prioritize call is logged only
 #: at V(5) in schedule_one.go ("Failed to run extender's priority function. No score given by
 #: this extender."), where a failed filter call is logged at the default level; without it a
@@ -299,6 +302,12 @@ class Plane:
             f"--root-ca-file={self.ca_file}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--profiling=false",
+            # KWOK's default node stage renews a node's Ready heartbeat every 54-58 s (measured
+            # here), past the node lifecycle controller's default 50 s grace: every few minutes
+            # a KWOK node was tainted unreachable for a few seconds, and a pod scheduled then
+            # went to another node (the Kueue and Kubeflow plane tests' "placed on node 1, not
+            # 3" failures, feasibleNodes=3 of 4 in the scheduler's log).
+            f"--node-monitor-grace-period={NODE_MONITOR_GRACE_S}s",
         ])
         self._launch("kwok", [
             self._bin("kwok"), f"--kubeconfig={self.kubeconfig}",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
 from typing import Any, TypeVar
@@ -262,3 +263,32 @@ def test_scheduler_with_extender_places_pods_where_the_extender_says(
     _, body = extender.calls[0]
     assert body["Pod"]["metadata"]["namespace"] == ns
     assert nodes[1] in body["NodeNames"]
+
+
+#: How long the test below holds KWOK's heartbeats back: past the node lifecycle controller's
+#: default 50 s grace (and past the 54-58 s KWOK's own heartbeat stage leaves between beats).
+SILENT_S = 60.0
+
+
+def test_a_kwok_node_stays_schedulable_through_a_gap_in_its_heartbeats(
+    plane: Plane, core: client.CoreV1Api,
+) -> None:
+    """KWOK's default node stage renews a node's Ready heartbeat only every 54-58 s; with the
+    controller manager's default 50 s grace, KWOK nodes were tainted unreachable for seconds
+    at a time, and a pod the test expected on one node went to another (a plane test failure
+    seen three times). The plane's grace (NODE_MONITOR_GRACE_S) outlasts the gaps: with KWOK
+    stopped for longer than the default grace, its node is never tainted."""
+    [node] = plane.add_nodes(1, prefix=f"hb{uuid.uuid4().hex[:6]}")
+    kwok = plane.components["kwok"]
+    kwok.stop()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + SILENT_S
+        while time.monotonic() < deadline:
+            taints = core.read_node(node).spec.taints or []
+            seen += [f"{time.monotonic() - deadline + SILENT_S:.0f} s: {t.key}" for t in taints]
+            time.sleep(1)
+    finally:
+        kwok.start()
+    assert not seen, seen
+    plane.delete_node(node)
