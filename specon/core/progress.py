@@ -337,6 +337,15 @@ SERIAL_TIME_BOUND = 2.0
 #: `standard` 21, long and not movable, went to 32 cores of speed 0.85 beside 4 of 1.98). On
 #: empty nodes any positive figure gives the same ratios (its speeds per core).
 UNKNOWN_WORK_S = 60.0
+#: A new job that can neither be moved nor tells its length (it declares no total) is placed
+#: as at least the mean declared job (:func:`guess_floor`), and only where its own predicted
+#: time is within this many times its best (not OWN_TIME_BOUND): no move will correct where
+#: it lands, for however long it turns out to run. Taken as short, as a movable one is, such
+#: a job went where it disturbed the others least, a big node slower per core, and set the
+#: makespan there (issue 28: `bursty` 19 of the 180, noisy logs, +16.8% makespan; with this
+#: rule -4.6%; docs/parameters.md). The floor alone changes nothing there; the bound alone
+#: sends every such job to the node fastest per core (a job 6.11 times its default time).
+FIXED_OWN_TIME_BOUND = 1.25
 #: Besides the CANDIDATES least loaded, the nodes where the job runs fastest are compared.
 FASTEST = 4
 #: Placements within this share of the least added are taken as equal (then: least backlog).
@@ -354,7 +363,7 @@ def choose_node(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights = WEIG
     the job are compared."""
     if not nodes:
         return None
-    return _choose(*_compare(*_as_placed(nodes, job), weights), tolerance)
+    return _choose(*_compare(*_as_placed(nodes, job), weights), tolerance, _own_bound(job))
 
 
 def _as_placed(nodes: Sequence[NodeLoad], job: JobLoad) -> tuple[list[NodeLoad], JobLoad]:
@@ -362,8 +371,18 @@ def _as_placed(nodes: Sequence[NodeLoad], job: JobLoad) -> tuple[list[NodeLoad],
     (:func:`guess_floor`), the jobs on ``nodes`` at the mean declared job, a new ``job`` that
     declares no total at UNKNOWN_WORK_S (placed as short, as the node rule serves it: first,
     until its steps say more; at the mean declared job, the widened suite with noisy logs lost
-    83% makespan on one workload and a job ran 7.1 times its default time)."""
-    return guesses_floored(nodes, guess_floor(nodes)), floored(job, UNKNOWN_WORK_S)
+    83% makespan on one workload and a job ran 7.1 times its default time), unless it cannot be
+    moved either: then at least at the mean declared job (FIXED_OWN_TIME_BOUND)."""
+    floor = guess_floor(nodes)
+    fixed = job.guessed and not job.movable
+    return guesses_floored(nodes, floor), floored(
+        job, max(UNKNOWN_WORK_S, floor) if fixed else UNKNOWN_WORK_S)
+
+
+def _own_bound(job: JobLoad) -> float:
+    """How far over its best own time a new job may be placed: FIXED_OWN_TIME_BOUND for one
+    that can neither be moved nor tells its length, else OWN_TIME_BOUND."""
+    return FIXED_OWN_TIME_BOUND if job.guessed and not job.movable else OWN_TIME_BOUND
 
 
 def _compare(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights
@@ -400,9 +419,10 @@ def _serial_fit(nodes: list[NodeLoad], job: JobLoad, weights: Weights) -> list[N
 
 
 def _choose(nodes: list[NodeLoad], delta: dict[str, float], own: dict[str, float],
-            tolerance: float) -> str:
-    """:func:`choose_node`'s pick among :func:`_compare`'s candidates."""
-    bound = OWN_TIME_BOUND * min(own[n.name] for n in nodes)
+            tolerance: float, own_bound: float) -> str:
+    """:func:`choose_node`'s pick among :func:`_compare`'s candidates, none of them with its own
+    time over ``own_bound`` times the least (:func:`_own_bound`)."""
+    bound = own_bound * min(own[n.name] for n in nodes)
     nodes = [n for n in nodes if own[n.name] <= bound * (1 + 1e-9)]
     least = min(delta[n.name] for n in nodes)
     near = [n for n in nodes if delta[n.name] <= least + tolerance * max(least, 1e-9)]
@@ -476,7 +496,7 @@ def placement_scores(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights =
         return {}
     nodes, job = _as_placed(nodes, job)
     candidates, added, own = _compare(nodes, job, weights)
-    best = _choose(candidates, added, own, TOLERANCE)
+    best = _choose(candidates, added, own, TOLERANCE, _own_bound(job))
     kept = {n.name for n in candidates}
     delta = {n.name: added[n.name] for n in least_loaded(nodes)  # the same predictions
              if n.name in kept}
