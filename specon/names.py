@@ -56,6 +56,11 @@ ANNOTATION_MIGRATED_AT = "specon.io/migrated-at"
 ANNOTATION_REBALANCED = "specon.io/rebalanced"
 #: On a bare replacement pod: the migration it belongs to.
 ANNOTATION_MIGRATION_ID = "specon.io/migration-id"
+#: On an owner's new pod that waited for the pod it replaces: the migration, written once that
+#: pod is gone. The update has the scheduler try the new pod again at once: the extender had
+#: turned it away while the source terminated, and kube-scheduler retries a pod an extender
+#: refused only on a cluster event, or after five minutes.
+ANNOTATION_SOURCE_GONE = "specon.io/source-gone"
 #: On the Job (or a bare pod): the running mean of its measured move costs, in seconds
 #: (specon.core.move_cost); the planner charges its moves this instead of migration_cost_s.
 ANNOTATION_MOVE_COST = "specon.io/move-cost-s"
@@ -87,7 +92,8 @@ ANNOTATIONS = (
     ANNOTATION_LOSS_REGEX,
     ANNOTATION_TARGET_LOSS, ANNOTATION_DEADLINE, ANNOTATION_STOP_AT_TARGET,
     ANNOTATION_TOTAL_STEPS, ANNOTATION_MIGRATION, ANNOTATION_MIGRATED, ANNOTATION_MIGRATED_AT,
-    ANNOTATION_REBALANCED, ANNOTATION_MIGRATION_ID, ANNOTATION_MOVE_COST, ANNOTATION_STATE,
+    ANNOTATION_REBALANCED, ANNOTATION_MIGRATION_ID, ANNOTATION_SOURCE_GONE, ANNOTATION_MOVE_COST,
+    ANNOTATION_STATE,
 )
 GATES = (GATE_MIGRATION,)
 REPORTERS = (REPORTER_AGENT,)

@@ -15,7 +15,7 @@ from specon_manager.migration.end import cancel_deleted, finish
 from specon_manager.migration.evict import request_eviction, roll_back
 from specon_manager.migration.pod_spec import unpinned
 from specon_manager.migration.recheck import node_state, target_unfit, why_deleted
-from specon_manager.migration.record import A_MIGRATION, GATE, Migration
+from specon_manager.migration.record import A_MIGRATION, A_SOURCE_GONE, GATE, Migration
 
 
 def no_replacement_coming(kind: str, owner: dict[str, Any] | None) -> tuple[str, str] | None:
@@ -76,6 +76,7 @@ def place(ctx: PhaseContext, m: Migration, now: float) -> None:
     if bound:
         finish(ctx, m, bound[0], "")
         return
+    retry_scheduling(ctx, m, candidates)
     if m.reserved and now > m.deadline:
         # The target cannot take it: let the scheduler place it anywhere (never lost).
         lifted = ctx.set(m, reserved=False, deadline=now + ctx.settings.placement_timeout_s)
@@ -86,6 +87,27 @@ def place(ctx: PhaseContext, m: Migration, now: float) -> None:
         announce_lifted(ctx, m)
     elif not m.reserved and now > m.deadline:
         finish(ctx, m, None, unplaced(ctx), result="failed")
+
+
+def retry_scheduling(ctx: PhaseContext, m: Migration, pending: list[dict[str, Any]]) -> None:
+    """Mark each of the owner's new pods still pending, once, now that the source is gone
+    (ANNOTATION_SOURCE_GONE): the update has kube-scheduler try it again at once. An owner
+    that makes its new pod while the source terminates (a ReplicaSet, a Job) has it turned
+    away by the extender's filter ("waiting for the pod it replaces to terminate"), and the
+    scheduler retries a pod an extender refused only on some cluster event or after five
+    minutes: the source's deletion is one, but it can reach the scheduler before the manager
+    has seen it, and the retry is refused again (seen in the plane tests, hidden while the
+    test plane's nodes were briefly tainted about once a minute)."""
+    for p in pending:
+        md = meta(p)
+        if (md.get("annotations") or {}).get(A_SOURCE_GONE) == m.id:
+            continue
+        try:
+            ctx.kube.patch(pod_path(m.namespace, str(md.get("name"))), {"metadata": {
+                "uid": md.get("uid"), "annotations": {A_SOURCE_GONE: m.id}}})
+        except KubeError as exc:  # gone or changed meanwhile: the next tick looks again
+            log.info("migration %s: could not mark %s/%s for a new scheduling try: %s",
+                     m.id, m.namespace, md.get("name"), exc)
 
 
 def unplaced(ctx: PhaseContext) -> str:
