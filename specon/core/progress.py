@@ -374,15 +374,19 @@ def _as_placed(nodes: Sequence[NodeLoad], job: JobLoad) -> tuple[list[NodeLoad],
     83% makespan on one workload and a job ran 7.1 times its default time), unless it cannot be
     moved either: then at least at the mean declared job (FIXED_OWN_TIME_BOUND)."""
     floor = guess_floor(nodes)
-    fixed = job.guessed and not job.movable
     return guesses_floored(nodes, floor), floored(
-        job, max(UNKNOWN_WORK_S, floor) if fixed else UNKNOWN_WORK_S)
+        job, max(UNKNOWN_WORK_S, floor) if _fixed_guess(job) else UNKNOWN_WORK_S)
+
+
+def _fixed_guess(job: JobLoad) -> bool:
+    """Whether a new job can neither be moved nor tells its length (FIXED_OWN_TIME_BOUND)."""
+    return job.guessed and not job.movable
 
 
 def _own_bound(job: JobLoad) -> float:
     """How far over its best own time a new job may be placed: FIXED_OWN_TIME_BOUND for one
     that can neither be moved nor tells its length, else OWN_TIME_BOUND."""
-    return FIXED_OWN_TIME_BOUND if job.guessed and not job.movable else OWN_TIME_BOUND
+    return FIXED_OWN_TIME_BOUND if _fixed_guess(job) else OWN_TIME_BOUND
 
 
 def _compare(nodes: Sequence[NodeLoad], job: JobLoad, weights: Weights
