@@ -268,6 +268,23 @@ def test_a_move_happens_only_when_it_pays():
                       busy=frozenset({"idle"})) == []
 
 
+def test_a_job_alone_on_a_slow_node_moves_where_it_delays_nobody_but_not_onto_a_busy_node():
+    """Issue 28: a lone job was never moved (`standard` 32: 2,000 s on a 1.24 node beside an
+    empty 1.55 one); moved wherever the sum gains, it went ahead of a fast node's jobs."""
+    slow = NodeLoad("slow", 4, 0.5, (job("lone", 2000),))  # 4,000 s
+    empty = NodeLoad("empty", 8, 1.25)
+    moves = plan_moves([slow, empty], {"lone": 30}, frozenset({"lone"}))
+    assert [(m.job, m.target) for m in moves] == [("lone", "empty")]
+    # on a fast busy node it would finish in 1,000 s ahead of a job it delays 1,000 s: the
+    # sum gains 2,000 s, but the delay is over LONE_DELAY_SHARE of the 3,000 s it saves
+    busy = NodeLoad("busy", 1, 2.0, (job("s", 5000),))
+    assert plan_moves([slow, busy], {"lone": 0}, frozenset({"lone"})) == []
+    # a job sharing its node still moves by the sum alone (its node-mate gains too)
+    shared = NodeLoad("shared", 1, 0.5, (job("a", 2000), job("b", 2000)))
+    assert [m.target for m in plan_moves([shared, busy], {"a": 0, "b": 0},
+                                         frozenset("ab"))] == ["busy"]
+
+
 def test_a_job_that_used_less_than_its_limit_is_capped_near_its_use_and_the_rest_flows() -> None:
     from specon.core.job_loads import demand_cap, reported_load
     from specon.core.progress import node_shares
