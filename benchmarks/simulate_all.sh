@@ -3,7 +3,7 @@
 # shipped profiles: each built-in experiment (10 seeds), the random-workload suite (every
 # policy), the ablations, the robustness run, the 180 workloads no rule was tuned on and the
 # manager's view of the widened suite. Writes results/ (git-ignored) and
-# docs/results/*.txt; 17 minutes on 2 cores (2026-11-27, the whole script).
+# docs/results/*.txt; 17.5 minutes on 2 cores (2026-11-29, the whole script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=${SPECON:-specon}
