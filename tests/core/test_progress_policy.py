@@ -70,6 +70,26 @@ def test_a_new_job_still_goes_before_the_nodes_last_job():
     assert node_shares(2, jobs)["new"] == pytest.approx(0.05)
 
 
+def test_only_the_longest_of_several_long_jobs_is_the_nodes_last_job():
+    """Issue 28, worst job: on a big node several long jobs that cannot fill it each counted
+    as the node's last job and each took its equal share before any spare core went by gain,
+    so a new short job kept its equal share or less (`large` 6 job-010 2.03x, `large` 7
+    job-080 2.21x its default time). Only the longest is the last job now; the others wait
+    behind the short one. A job that declares no total is never the last job: its work is a
+    guess (with it, `standard` 20 job-019 was held at the floor, 9.75x, as installed)."""
+    jobs = [job(f"long{i}", 3000 + 100 * i, CNN, cap=4, attained=500) for i in range(3)]
+    jobs.append(job("new", 40, CNN, cap=8, attained=0.0))
+    assert critical(16, jobs) == {"long0", "long1", "long2"}
+    shares = node_shares(16, jobs)
+    assert shares["new"] == pytest.approx(8.0) and shares["long2"] == pytest.approx(4.0)
+    assert sum(shares.values()) == pytest.approx(16.0)
+    # the longest job's total is a guess: the longest of the others is the last job
+    jobs[2] = replace(jobs[2], guessed=True)
+    shares = node_shares(16, jobs)
+    assert shares["long1"] == pytest.approx(4.0) and shares["long2"] < shares["long1"]
+    assert shares["new"] == pytest.approx(8.0)
+
+
 def test_the_nodes_last_job_gets_its_fastest_width_not_more():
     """Its cores stop where its speed-up does: a job whose second thread slows it keeps one."""
     flat = Curve.of([(1, 1.0), (2, 0.54)])
