@@ -7,8 +7,9 @@ first does for one machine, across a cluster of workers of different sizes and s
 
 * **On a node** (:func:`node_shares`): every job keeps a small floor (it never starves and its
   loss stays visible); a job held back too long (``starved``) gets its equal share of the
-  node back first; then the node's last job (:func:`critical`: one that would outlast all
-  the others' work even at its top speed) gets its fastest width up to a core or its equal
+  node back first; then the node's last job (the longest of :func:`critical`'s: jobs that
+  would outlast all the others' work even at their top speed; never one whose length is a
+  guess) gets its fastest width up to a core or its equal
   share, since holding it back only moves the node's end (only jobs so short that they move
   it by LAST_JOB_SLACK at most go before it); then one core each in order of
   least work left; then the spare cores,
