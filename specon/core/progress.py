@@ -195,9 +195,9 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
     # the node's last job: the longest of its critical jobs, a guessed one never (its work is
     # a guess). Each of several long jobs that cannot fill the node taking its equal share
     # first held a new short job beside them at one core (docs/parameters.md)
-    last = [x for x in order if x.name in names and not x.guessed]
-    if len(last) > 1:
-        last = [max(last, key=lambda x: (_top_time(x, cpus), x.name))]
+    longest = max((x for x in order if x.name in names and not x.guessed),
+                  key=lambda x: (_top_time(x, cpus), x.name), default=None)
+    last = [] if longest is None else [longest]
     # the jobs so short (by their key: a new job's is its first minutes) that serving them
     # first moves the node's end by at most LAST_JOB_SLACK of its last job's time
     short = max((LAST_JOB_SLACK * _top_time(j, cpus) for j in last), default=-1.0)
