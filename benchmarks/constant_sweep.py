@@ -3,7 +3,8 @@ each value in turn, the shipped policy against default on the same workloads and
 
 Issue 28 asks for the trade-off curve between time to 90% of the loss reduction and average
 completion to be measured, and the point shipped that meets every bar; this prints that curve
-for a constant of `specon/core/progress.py` that its rules read when they run (SWEEPABLE: the
+for a constant of `specon/core/progress.py` or `specon/core/placement.py` that the rules
+read when they run (SWEEPABLE: the
 early key's `EARLY_FACTOR`, the starvation guard's `FAIR_LAG`, the placement bounds ...), one
 row per value in the suite's columns (benchmarks/suite.py), default run once per workload
 and seed.
@@ -45,21 +46,27 @@ from suite import (  # noqa: E402
     view_config,
 )
 
+import specon.core.placement as placement  # noqa: E402
 import specon.core.progress as progress  # noqa: E402
 from specon.sim.generate import family_workload  # noqa: E402
 from specon.sim.model import SimConfig  # noqa: E402
 from specon.sim.runner import run_one  # noqa: E402
 
-#: The constants of specon.core.progress read when a rule runs, so that setting the module's
-#: attribute changes the rule. Not these: CANDIDATES, KIND_NODES and FLOOR_CORES are imported
+#: The constants read when a rule runs, so that setting the module's attribute changes the
+#: rule, each with its module. Not these: CANDIDATES, KIND_NODES and FLOOR_CORES are imported
 #: by value elsewhere or bound as default arguments, as TOLERANCE is.
-SWEEPABLE = ("EARLY_FACTOR", "FAIR_LAG", "CRITICAL_SHARE", "LAST_JOB_SLACK", "FLOOR_SHARE",
-             "OWN_TIME_BOUND", "SERIAL_TIME_BOUND", "UNKNOWN_WORK_S", "FASTEST")
+OWNERS: dict[str, Any] = {
+    **dict.fromkeys(("EARLY_FACTOR", "FAIR_LAG", "CRITICAL_SHARE", "LAST_JOB_SLACK",
+                     "FLOOR_SHARE"), progress),
+    **dict.fromkeys(("OWN_TIME_BOUND", "SERIAL_TIME_BOUND", "UNKNOWN_WORK_S", "FASTEST"),
+                    placement),
+}
+SWEEPABLE = tuple(OWNERS)
 
 
 def constants() -> dict[str, int | float]:
     """The constants a sweep may set, with their shipped values."""
-    return {k: getattr(progress, k) for k in SWEEPABLE}
+    return {k: getattr(OWNERS[k], k) for k in SWEEPABLE}
 
 
 def one_workload(args: tuple[str, int, list[int], dict[str, Any], str, list[float]]
@@ -72,18 +79,19 @@ def one_workload(args: tuple[str, int, list[int], dict[str, Any], str, list[floa
 
     base_runs = [run_one(wl, "default", cfg, s) for s in seeds]
     base, base_jobs = means(base_runs), completions(base_runs)
-    shipped = getattr(progress, name)
+    owner = OWNERS[name]
+    shipped = getattr(owner, name)
     out = []
     try:
         for v in values:
-            setattr(progress, name, type(shipped)(v))
+            setattr(owner, name, type(shipped)(v))
             runs = [run_one(wl, "progress", cfg, s) for s in seeds]
             mine = dict(means(runs), slowdowns=sorted(
                 slowdowns(completions(runs), base_jobs).values()))
             out.append({"family": family, "workload": index, "value": v,
                         "policies": {"default": base, "progress": mine}})
     finally:
-        setattr(progress, name, shipped)
+        setattr(owner, name, shipped)
     return out
 
 
@@ -99,7 +107,8 @@ def parse_values(ap: argparse.ArgumentParser, text: str) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("constant", help=f"one of {', '.join(SWEEPABLE)} (specon.core.progress)")
+    ap.add_argument("constant", help=f"one of {', '.join(SWEEPABLE)} "
+                    "(specon.core.progress, specon.core.placement)")
     ap.add_argument("values", help="comma-separated values to try, e.g. 0.5,1,2")
     add_set_args(ap, "widened", 12)
     add_view_args(ap)

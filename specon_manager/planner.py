@@ -1,4 +1,4 @@
-"""The progress-aware policy's moves on a period (specon.core.progress.plan_moves, the
+"""The progress-aware policy's moves on a period (specon.core.move_plan.plan_moves, the
 simulator's rule): the move that most reduces the predicted sum of completion times of its
 source and target, net of what a move costs the job, is started through the migration
 controller (so every safety rule and cap applies) when that net gain is positive. A job's
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from specon.core.move_cost import job_cost
-from specon.core.progress import PlannedMove, plan_moves
+from specon.core.move_plan import PlannedMove, plan_moves
 from specon.core.qos_rules import migration_hold
 from specon_manager.job_keys import pod_key
 from specon_manager.kube import Kube, annotations_of, controller_ref, meta

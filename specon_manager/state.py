@@ -18,13 +18,13 @@ import numpy.typing as npt
 
 from specon.core.categorize import Category
 from specon.core.job_loads import new_job_load, reported_load
+from specon.core.placement import placement_scores
 from specon.core.progress import (
     CANDIDATES,
     KIND_NODES,
     JobLoad,
     NodeLoad,
     load_key,
-    placement_scores,
 )
 from specon.core.qos_rules import qos_priorities
 from specon.core.scoring import (
@@ -168,14 +168,14 @@ class ClusterState:
 
     def _progress_priorities(self, names: list[str], max_score: int,
                              kind: str | None = None, movable: bool = True) -> list[int]:
-        """The progress-aware placement (specon.core.progress.placement_scores): the new pod
+        """The progress-aware placement (specon.core.placement.placement_scores): the new pod
         placed where it adds the least predicted completion among the least loaded nodes
         (decoded only those), taken as the typical job of its kind where every one of those
         nodes' speed is known (labelled, or measured by its agent) and jobs of that kind are
         reported, else as the typical job of those nodes (specon.core.job_loads.new_job_load:
         the median work left of the jobs reported and, speeds known, the median cores they
         use). A pod that cannot be moved is kept off nodes where it would be slow were it one
-        thread (specon.core.progress.SERIAL_TIME_BOUND)."""
+        thread (specon.core.placement.SERIAL_TIME_BOUND)."""
         now = self.clock()
         with self._lock:
             fresh = {n: self._nodes[n] for n in names if self.is_fresh(n, now)}

@@ -1,7 +1,7 @@
 """No decision rule is written twice (issue 13): the simulator (specon/sim), the agent
 (specon_agent) and the manager (specon_manager) call the core's composed decisions
 (specon.core.node.NodeController, scoring.decide_reallocation and worker_view,
-rebalance.plan_rebalance, progress.plan_moves and placement_scores, the registries of
+rebalance.plan_rebalance, move_plan.plan_moves and placement.placement_scores, the registries of
 specon.core.policy and node.NODE_SHARES) and never rebuild one from its parts. The same check
 by hand, from the repository root (it must print nothing):
 

@@ -8,17 +8,16 @@ from hypothesis import strategies as st
 
 from specon.core.categorize import Category
 from specon.core.job_loads import measured_load, reported_load, steps_left, typical_load
+from specon.core.move_plan import plan_moves
+from specon.core.placement import choose_node, placement_scores
 from specon.core.progress import (
     JobLoad,
     NodeLoad,
     behind_equal_share,
-    choose_node,
     critical,
     guess_floor,
     guesses_floored,
     node_shares,
-    placement_scores,
-    plan_moves,
 )
 from specon.core.speedup import Curve
 

@@ -125,7 +125,7 @@ def test_a_pod_that_cannot_be_moved_is_kept_off_cores_slow_for_one_thread(
     """Its kind keeps 16 cores busy, so 16 slow cores look better than 2 fast ones; but busy
     cores are not a speed-up (a job may spin threads it gains nothing from), and a pod that
     cannot be moved would be stuck on the slow node were it effectively one thread
-    (specon.core.progress.SERIAL_TIME_BOUND)."""
+    (specon.core.placement.SERIAL_TIME_BOUND)."""
     state = state_of(labelled=True)
     args = {"Pod": pod({LABEL_KIND: "wide", **(labels or {})}, "trainer:1", movable=False),
             "NodeNames": ["fast", "big", "busy"]}

@@ -1,6 +1,6 @@
 """The manager runs the policy it is given by name (specon.core.policy): under the
 progress-aware one the extender places a pod where it adds the least predicted completion,
-and a planned move (specon.core.progress.plan_moves, the simulator's rule) takes a job off a
+and a planned move (specon.core.move_plan.plan_moves, the simulator's rule) takes a job off a
 crowded node through the migration controller; agents' requests are answered without a move;
 a policy whose rules the manager lacks is refused at start."""
 

@@ -111,7 +111,7 @@ def crowded(kube: FakeKube, default_s: float, clock: Clock | None = None) -> (
     tuple[MovePlanner, MigrationController, ClusterState, ManagerMetrics]
 ):
     """Three jobs on a one-core node beside an idle one: moving ``b`` is predicted to cut the
-    sum of completion times by 1500 s before its cost (specon.core.progress.plan_moves)."""
+    sum of completion times by 1500 s before its cost (specon.core.move_plan.plan_moves)."""
     settings = ManagerSettings(kubernetes=False, policy=POLICY, migration_cost_s=default_s)
     state = ClusterState(stale_after_s=30, placement=lookup(POLICY).placement)
     state.record(Heartbeat.model_validate(heartbeat("node-1", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specon.core.progress import plan_moves
+from specon.core.move_plan import plan_moves
 from specon.core.rebalance import PlacedJob, plan_rebalance
 from specon.core.scoring import decide_reallocation
 from specon.sim.engine import inputs
@@ -74,7 +74,7 @@ def rebalance(sim: Simulator) -> None:
 
 
 def progress_moves(sim: Simulator) -> None:
-    """Moves whose predicted gain beats their cost (specon.core.progress.plan_moves)."""
+    """Moves whose predicted gain beats their cost (specon.core.move_plan.plan_moves)."""
     cfg = sim.cfg
     room = cfg.max_inflight_total - sim.migrating
     if room <= 0:

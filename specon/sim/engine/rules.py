@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from specon.core.node import qos_limits_over
-from specon.core.progress import choose_node
+from specon.core.placement import choose_node
 from specon.core.scoring import choose_host
 from specon.core.threads import threads_for_limit
 from specon.sim.alloc import by_priority, greedy_marginal, waterfill
@@ -127,7 +127,7 @@ def _specon_place(sim: Simulator, job: Job, fits: list[Worker]) -> str:
 
 
 def _progress_place(sim: Simulator, job: Job, fits: list[Worker]) -> str:
-    """Where the job adds the least predicted completion (specon.core.progress.choose_node)."""
+    """Where the job adds the least predicted completion (specon.core.placement.choose_node)."""
     nodes = [inputs.reserved_node(sim, w) for w in fits]
     if sim.cfg.manager_view:
         load = inputs.manager_placement_load(sim, nodes, job)
