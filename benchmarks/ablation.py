@@ -60,7 +60,7 @@ def one(args: tuple[int, int, float, float]) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", type=int, default=30)
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--processes", type=int, default=2)

@@ -67,7 +67,7 @@ def value(text: str, name: str, **labels: str) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--containers", type=int, default=50)
     ap.add_argument("--window", type=float, default=60.0, help="measurement window (s)")
     ap.add_argument("--interval", type=float, default=10.0, help="agent interval (s)")

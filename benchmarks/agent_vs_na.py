@@ -189,7 +189,7 @@ def interval(values: list[float]) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "agent_vs_na")
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="single")
     ap.add_argument("--policy", type=canonical, choices=["flowcon", "progress"],

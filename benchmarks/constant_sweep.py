@@ -106,7 +106,7 @@ def parse_values(ap: argparse.ArgumentParser, text: str) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("constant", help=f"one of {', '.join(SWEEPABLE)} "
                     "(specon.core.progress, specon.core.placement)")
     ap.add_argument("values", help="comma-separated values to try, e.g. 0.5,1,2")

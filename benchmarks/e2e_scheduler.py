@@ -231,7 +231,7 @@ def measure(args: Any, plane: Plane, core: Any, ns: str, n_nodes: int, conn: dic
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[1000])
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)

@@ -69,7 +69,7 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--heartbeat-seconds", type=float, default=5.0)

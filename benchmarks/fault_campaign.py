@@ -38,7 +38,7 @@ def _positive(text: str) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--faults", type=_positive, default=200, help="faults in all (default 200)")
     ap.add_argument("--per-run", type=_positive, default=40,
                     help="faults per run, each run on a fresh plane (default 40)")

@@ -120,7 +120,7 @@ def mean_ci(xs: list[float]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--clients", type=int, default=3)

@@ -97,7 +97,7 @@ async def run_streams(app: Any, auths: dict[str, bytes], bodies: dict[str, list[
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, nargs="+", default=[3, 100])
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=5)

@@ -20,7 +20,7 @@ def size(path: Path) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--extras", default="sdk,agent,manager,sim")
     a = ap.parse_args()
     print("| install | distributions | site-packages |")

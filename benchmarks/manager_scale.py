@@ -360,7 +360,7 @@ def flood(port: int, body: bytes, stop: float, counts: list[int]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[500, 5000])
     ap.add_argument("--jobs", type=int, default=100)
     ap.add_argument("--calls", type=int, default=300)

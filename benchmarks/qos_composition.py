@@ -25,7 +25,7 @@ ARMS = (("progress", "progress", False), ("progress + QoS limits", "progress", T
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
     args = ap.parse_args()
     if args.seeds < 1:

@@ -24,7 +24,7 @@ def met(experiment: str, metric: str, policy: str, seeds: int, floor: float) -> 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--floors", default="0.02,0.05,0.1,0.25")
     args = ap.parse_args()

@@ -25,7 +25,7 @@ def timed(fn):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--big-jobs", type=int, default=10_000)
     ap.add_argument("--big-workers", type=int, default=500)

@@ -113,7 +113,7 @@ def simulate(doc: dict[str, Any], policy: str, cal: dict[str, Any], shipped: boo
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "sim_vs_real")
     ap.add_argument("--repeats", type=int, default=1, help="real runs per mix and arm")
     ap.add_argument("--mixes", default="A,B", help="comma-separated: " + ", ".join(MIXES))

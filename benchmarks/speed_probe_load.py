@@ -29,7 +29,7 @@ def probes(n: int) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--probes", type=int, default=16)
     a = ap.parse_args()
     idle = probes(a.probes)

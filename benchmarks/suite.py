@@ -265,7 +265,7 @@ def run_all(fn: Callable[[Any], Any], work: list[Any], processes: int) -> Iterat
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_set_args(ap, "standard", 30)
     ap.add_argument("--policies", default="all", help="comma-separated, or 'all'")
     ap.add_argument("--redrawn", action="store_true",

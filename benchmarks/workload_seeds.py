@@ -41,7 +41,7 @@ SUITE_SEEDS = 3
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("family", help=f"one of {', '.join(FAMILIES)}")
     ap.add_argument("index", type=int, help="the workload's index in its family (0 and up)")
     ap.add_argument("--seeds", type=int, default=10, help="simulator seeds (0 .. N-1)")
