@@ -4,10 +4,9 @@ each value in turn, the shipped policy against default on the same workloads and
 Issue 28 asks for the trade-off curve between time to 90% of the loss reduction and average
 completion to be measured, and the point shipped that meets every bar; this prints that curve
 for a constant of `specon/core/progress.py` or `specon/core/placement.py` that the rules
-read when they run (SWEEPABLE: the
-early key's `EARLY_FACTOR`, the starvation guard's `FAIR_LAG`, the placement bounds ...), one
-row per value in the suite's columns (benchmarks/suite.py), default run once per workload
-and seed.
+read when they run (SWEEPABLE: the early key's `EARLY_FACTOR`, the starvation guard's
+`FAIR_LAG`, the placement bounds ...), one row per value in the suite's columns
+(benchmarks/suite.py), default run once per workload and seed.
 
     python benchmarks/constant_sweep.py EARLY_FACTOR 0.5,1,2 --family widened --workloads 12
     python benchmarks/constant_sweep.py FAIR_LAG 1.1,1.25 --family widened --first 12 \\

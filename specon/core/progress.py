@@ -196,18 +196,17 @@ def node_shares(cpus: float, jobs: Sequence[JobLoad], weights: Weights = WEIGHTS
     # first held a new short job beside them at one core (docs/parameters.md)
     longest = max((x for x in order if x.name in names and not x.guessed),
                   key=lambda x: (_top_time(x, cpus), x.name), default=None)
-    last = [] if longest is None else [longest]
     # the jobs so short (by their key: a new job's is its first minutes) that serving them
     # first moves the node's end by at most LAST_JOB_SLACK of its last job's time
-    short = max((LAST_JOB_SLACK * _top_time(j, cpus) for j in last), default=-1.0)
+    short = -1.0 if longest is None else LAST_JOB_SLACK * _top_time(longest, cpus)
     left = _up_to_a_core(out, [j for j in order if not j.starved and j.name not in names
                                and _key(j, weights)[1] <= short], left)
-    for j in last:  # then the node's last job, a core or its equal share
-        name = j.name
-        most = min(j.cap, max(1.0, equal), out[name] + left)
+    if longest is not None:  # then the node's last job, a core or its equal share
+        name = longest.name
+        most = min(longest.cap, max(1.0, equal), out[name] + left)
         # its fastest width within that (more threads than it can use slow some jobs down)
         widths = [float(c) for c in range(1, int(most) + 1)] + [most]
-        give = max(widths, key=lambda c: (j.speed(c), -c)) - out[name]
+        give = max(widths, key=lambda c: (longest.speed(c), -c)) - out[name]
         if give > 0:
             out[name] += give
             left -= give
